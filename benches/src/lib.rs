@@ -1,0 +1,4 @@
+//! Measurement code shared by the criterion benchmarks and the table-printing binaries.
+
+pub mod cpu;
+pub mod udp;

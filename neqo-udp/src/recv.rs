@@ -1,0 +1,275 @@
+//! Receive buffers and the datagrams cut from them.
+//!
+//! A [`RecvBatch`] owns one [`BytesMut`] slot per datagram buffer handed to the kernel. After a
+//! receive, each slot holds what the kernel wrote: one datagram, or a GRO run of equal-size
+//! segments (the last may be shorter). [`RecvBatch::datagrams`] cuts them apart with
+//! `BytesMut::split_to`, so each [`Datagram`] owns its payload without a copy; the slot keeps
+//! the rest of its allocation and reuses it once every datagram cut from it has been dropped.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use bytes::BytesMut;
+use quinn_udp::EcnCodepoint;
+
+use crate::config::{Config, RECV_SLOT_SIZE};
+
+/// One received datagram.
+#[derive(Debug)]
+pub struct Datagram {
+    /// The payload. It shares its allocation with nothing the caller can see: mutate it,
+    /// freeze it or hand it to a QUIC state machine as it is.
+    pub data: BytesMut,
+    /// Who sent it.
+    pub source: SocketAddr,
+    /// The local IP address it was sent to, where the platform reports it (`IP_PKTINFO`).
+    pub destination: Option<IpAddr>,
+    /// ECN codepoint of the IP header.
+    pub ecn: Option<EcnCodepoint>,
+}
+
+/// What the kernel reported for one slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotMeta {
+    /// Bytes written into the slot.
+    pub(crate) len: usize,
+    /// Segment size of a GRO run; equal to `len` for a single datagram.
+    pub(crate) stride: usize,
+    pub(crate) source: SocketAddr,
+    pub(crate) destination: Option<IpAddr>,
+    pub(crate) ecn: Option<EcnCodepoint>,
+    /// `MSG_TRUNC`: the datagram was longer than the slot.
+    pub(crate) truncated: bool,
+}
+
+impl Default for SlotMeta {
+    fn default() -> Self {
+        Self {
+            len: 0,
+            stride: 0,
+            source: SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
+            destination: None,
+            ecn: None,
+            truncated: false,
+        }
+    }
+}
+
+/// The lengths of the segments in a GRO run of `len` bytes cut at `stride`: all `stride` long
+/// but the last, which may be shorter. A `stride` of 0 or at least `len` means one datagram.
+/// A `len` of 0 yields nothing.
+pub fn segment_lengths(len: usize, stride: usize) -> impl Iterator<Item = usize> {
+    let stride = if stride == 0 || stride > len {
+        len
+    } else {
+        stride
+    };
+    let mut left = len;
+    std::iter::from_fn(move || {
+        if left == 0 {
+            return None;
+        }
+        let n = stride.min(left);
+        left -= n;
+        Some(n)
+    })
+}
+
+/// Buffers for one receive syscall and the datagrams it returned.
+#[derive(Debug)]
+pub struct RecvBatch {
+    slots: Vec<BytesMut>,
+    pub(crate) meta: Vec<SlotMeta>,
+    /// Slots the last receive filled.
+    pub(crate) filled: usize,
+    /// The next slot [`RecvBatch::datagrams`] cuts from.
+    next: usize,
+    slot_size: usize,
+}
+
+impl RecvBatch {
+    /// Buffers for a socket with this config: one 64 KiB slot per datagram of a batch.
+    #[must_use]
+    pub fn new(config: &Config) -> Self {
+        Self::with_slots(config.effective_batch_size(), RECV_SLOT_SIZE)
+    }
+
+    /// `slots` buffers of `slot_size` bytes each. A slot smaller than a datagram (or a GRO run)
+    /// makes the kernel truncate it, which the socket counts and drops.
+    #[must_use]
+    pub fn with_slots(slots: usize, slot_size: usize) -> Self {
+        let slots = slots.max(1);
+        Self {
+            slots: (0..slots)
+                .map(|_| BytesMut::with_capacity(slot_size))
+                .collect(),
+            meta: vec![SlotMeta::default(); slots],
+            filled: 0,
+            next: 0,
+            slot_size,
+        }
+    }
+
+    /// Number of slots, i.e. the most datagram buffers one syscall can fill.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Slots filled by the last receive (a GRO run counts once).
+    #[must_use]
+    pub fn filled_slots(&self) -> usize {
+        self.filled
+    }
+
+    /// Readies every slot for the kernel: drops leftovers, makes `slot_size` bytes writable
+    /// in each. A slot whose earlier datagrams have all been dropped reuses its allocation.
+    pub(crate) fn prepare(&mut self, max_slots: usize) -> (&mut [BytesMut], &mut [SlotMeta]) {
+        self.filled = 0;
+        self.next = 0;
+        let n = max_slots.clamp(1, self.slots.len());
+        for slot in &mut self.slots[..n] {
+            slot.clear();
+            slot.reserve(self.slot_size);
+        }
+        (&mut self.slots[..n], &mut self.meta[..n])
+    }
+
+    /// Records that the kernel filled `filled` slots, whose lengths are set.
+    pub(crate) fn set_filled(&mut self, filled: usize) {
+        self.filled = filled;
+        self.next = 0;
+    }
+
+    /// The datagrams of the last receive, in the order the kernel delivered them, GRO runs
+    /// split into their segments. Each is yielded once; ones not taken are dropped by the
+    /// next receive.
+    pub fn datagrams(&mut self) -> Datagrams<'_> {
+        Datagrams {
+            batch: self,
+            segment: None,
+        }
+    }
+}
+
+/// Iterator over the datagrams of a [`RecvBatch`].
+#[derive(Debug)]
+pub struct Datagrams<'a> {
+    batch: &'a mut RecvBatch,
+    /// Stride of the GRO run being cut, when inside one.
+    segment: Option<usize>,
+}
+
+impl Iterator for Datagrams<'_> {
+    type Item = Datagram;
+
+    fn next(&mut self) -> Option<Datagram> {
+        loop {
+            let b = &mut *self.batch;
+            if b.next >= b.filled {
+                return None;
+            }
+            let slot = &mut b.slots[b.next];
+            let meta = b.meta[b.next];
+            if slot.is_empty() {
+                // Run finished (or an empty/truncated slot that recv already counted).
+                b.next += 1;
+                self.segment = None;
+                continue;
+            }
+            let stride =
+                *self
+                    .segment
+                    .get_or_insert(if meta.stride == 0 || meta.stride > meta.len {
+                        meta.len
+                    } else {
+                        meta.stride
+                    });
+            let data = slot.split_to(stride.min(slot.len()));
+            return Some(Datagram {
+                data,
+                source: meta.source,
+                destination: meta.destination,
+                ecn: meta.ecn,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_lengths_cover_the_run() {
+        assert_eq!(segment_lengths(0, 1200).count(), 0);
+        assert_eq!(segment_lengths(100, 0).collect::<Vec<_>>(), vec![100]);
+        assert_eq!(segment_lengths(100, 100).collect::<Vec<_>>(), vec![100]);
+        assert_eq!(segment_lengths(100, 1200).collect::<Vec<_>>(), vec![100]);
+        assert_eq!(
+            segment_lengths(3000, 1200).collect::<Vec<_>>(),
+            vec![1200, 1200, 600]
+        );
+        assert_eq!(
+            segment_lengths(2400, 1200).collect::<Vec<_>>(),
+            vec![1200, 1200]
+        );
+        assert_eq!(segment_lengths(5, 1).count(), 5);
+    }
+
+    fn fill(batch: &mut RecvBatch, contents: &[(&[u8], usize)]) {
+        let (slots, _) = batch.prepare(contents.len());
+        for (slot, (bytes, _)) in slots.iter_mut().zip(contents) {
+            slot.extend_from_slice(bytes);
+        }
+        for (i, (bytes, stride)) in contents.iter().enumerate() {
+            batch.meta[i] = SlotMeta {
+                len: bytes.len(),
+                stride: *stride,
+                source: SocketAddr::from(([127, 0, 0, 1], 1000 + i as u16)),
+                ..SlotMeta::default()
+            };
+        }
+        batch.set_filled(contents.len());
+    }
+
+    #[test]
+    fn datagrams_split_gro_runs_and_keep_order() {
+        let mut batch = RecvBatch::with_slots(4, 4096);
+        let run: Vec<u8> = (0..25u8).collect();
+        fill(&mut batch, &[(b"first", 0), (&run, 10), (b"last", 4)]);
+        let got: Vec<_> = batch
+            .datagrams()
+            .map(|d| (d.data.to_vec(), d.source.port()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (b"first".to_vec(), 1000),
+                ((0..10).collect(), 1001),
+                ((10..20).collect(), 1001),
+                ((20..25).collect(), 1001),
+                (b"last".to_vec(), 1002),
+            ]
+        );
+        // Yielded once only.
+        assert_eq!(batch.datagrams().count(), 0);
+    }
+
+    #[test]
+    fn slots_are_reused_once_datagrams_are_dropped() {
+        let mut batch = RecvBatch::with_slots(1, 2048);
+        fill(&mut batch, &[(&[7u8; 100], 0)]);
+        let d = batch.datagrams().next().unwrap();
+        let first_ptr = d.data.as_ptr();
+        drop(d);
+        fill(&mut batch, &[(&[8u8; 100], 0)]);
+        let d = batch.datagrams().next().unwrap();
+        assert_eq!(d.data.as_ptr(), first_ptr, "allocation reused");
+        assert_eq!(&d.data[..], &[8u8; 100]);
+        // Still held: the next fill must not clobber it.
+        fill(&mut batch, &[(&[9u8; 100], 0)]);
+        assert_eq!(&d.data[..], &[8u8; 100]);
+        let e = batch.datagrams().next().unwrap();
+        assert_eq!(&e.data[..], &[9u8; 100]);
+    }
+}
