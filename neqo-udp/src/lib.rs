@@ -25,6 +25,8 @@
 //! ```
 
 mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 mod recv;
 mod send;
 mod socket;

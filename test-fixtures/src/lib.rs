@@ -1,1 +1,3 @@
-//! Placeholder until its first slice lands.
+//! Test fixtures shared by the workspace's tests and benchmarks.
+
+pub mod relay;

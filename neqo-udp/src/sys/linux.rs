@@ -427,17 +427,30 @@ fn decode_recv_cmsgs(hdr: &libc::msghdr, meta: &mut SlotMeta) -> Option<u64> {
     if hdr.msg_control.is_null() || hdr.msg_controllen == 0 {
         return None;
     }
-    // SAFETY: after a successful receive, msg_control/msg_controllen describe the control
-    // messages the kernel wrote into our buffer; CMSG_FIRSTHDR/NXTHDR stay within it.
-    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(hdr) };
-    while !cmsg.is_null() {
-        // SAFETY: `cmsg` is a header inside the buffer, as returned by CMSG_FIRSTHDR/NXTHDR.
-        let (level, ty, len) = unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type, (*cmsg).cmsg_len) };
-        // SAFETY: CMSG_DATA points just past the header; each read below is of the size the
-        // kernel documents for that (level, type), and is unaligned-safe.
-        let data = unsafe { libc::CMSG_DATA(cmsg) };
-        // SAFETY: CMSG_LEN is a pure size computation.
-        let payload = len.saturating_sub(unsafe { libc::CMSG_LEN(0) } as usize);
+    // Walk the buffer by offsets with checked arithmetic rather than CMSG_NXTHDR, whose
+    // pointer arithmetic wraps on a corrupt cmsg_len (found by the cmsg_decode fuzz target).
+    let base = hdr.msg_control.cast::<u8>().cast_const();
+    let total = hdr.msg_controllen;
+    let header = mem::size_of::<libc::cmsghdr>();
+    // SAFETY: CMSG_LEN is a pure size computation; CMSG_LEN(0) is the aligned header size.
+    let data_offset = unsafe { libc::CMSG_LEN(0) } as usize;
+    let align = mem::size_of::<usize>();
+    let mut offset = 0usize;
+    while offset.checked_add(header).is_some_and(|end| end <= total) {
+        // SAFETY: `offset + header <= total`, so the header lies inside the buffer; the read
+        // is unaligned-safe.
+        let cmsg = unsafe { ptr::read_unaligned(base.add(offset).cast::<libc::cmsghdr>()) };
+        let (level, ty, len) = (cmsg.cmsg_level, cmsg.cmsg_type, cmsg.cmsg_len);
+        if len < header {
+            break;
+        }
+        // The payload the header claims, but never past the end of the buffer: the kernel
+        // writes consistent lengths, arbitrary (fuzzed) bytes need not.
+        let start = offset + data_offset;
+        let payload = len.saturating_sub(data_offset).min(total.saturating_sub(start));
+        // SAFETY: `start <= offset + len` and the reads below never exceed `payload` bytes
+        // from it, which stay within `total`; when `payload` is 0 nothing is read.
+        let data = unsafe { base.add(start.min(total)) };
         let read_int = || -> Option<libc::c_int> {
             // SAFETY: see `data`; the length is checked first.
             (payload >= mem::size_of::<libc::c_int>())
@@ -483,8 +496,10 @@ fn decode_recv_cmsgs(hdr: &libc::msghdr, meta: &mut SlotMeta) -> Option<u64> {
             }
             _ => {}
         }
-        // SAFETY: `cmsg` is a valid header inside the buffer described by `hdr`.
-        cmsg = unsafe { libc::CMSG_NXTHDR(hdr, cmsg) };
+        let Some(next) = len.checked_add(align - 1).map(|l| l & !(align - 1)).and_then(|l| offset.checked_add(l)) else {
+            break;
+        };
+        offset = next;
     }
     drops
 }
@@ -747,4 +762,20 @@ pub(crate) fn send(
         [t, ..] if !batched => send_single(sock.as_fd(), t, gso),
         _ => send_batch(sock.as_fd(), transmits, gso),
     }
+}
+
+/// Decodes arbitrary bytes as a received control buffer, for the fuzz target: returns the
+/// metadata found and the drop count.
+pub(crate) fn decode_control_bytes(bytes: &[u8]) -> (SlotMeta, Option<u64>) {
+    // An aligned copy, as the kernel's buffer would be.
+    let mut ctrl = vec![0u64; bytes.len().div_ceil(8)];
+    // SAFETY: `ctrl` holds at least `bytes.len()` bytes; the regions do not overlap.
+    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), ctrl.as_mut_ptr().cast::<u8>(), bytes.len()) };
+    // SAFETY: all-zero is a valid msghdr.
+    let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
+    hdr.msg_control = ctrl.as_mut_ptr().cast();
+    hdr.msg_controllen = bytes.len();
+    let mut meta = SlotMeta::default();
+    let drops = decode_recv_cmsgs(&hdr, &mut meta);
+    (meta, drops)
 }

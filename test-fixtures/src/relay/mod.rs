@@ -1,0 +1,388 @@
+//! A UDP impairment relay: forwards datagrams between clients and one upstream server, both
+//! ways, delaying, dropping, reordering, duplicating, corrupting and rate-limiting them as
+//! configured, with a seeded RNG so that a failing run can be replayed.
+//!
+//! This machine's kernel has no netem, so impaired paths come from here. The relay moves
+//! datagrams through the project's own batched [`Socket`]s (`recvmmsg` in, `sendmmsg` out,
+//! payloads never copied but for duplicates), so it is not the bottleneck it simulates.
+//!
+//! Each client address gets its own upstream socket (like a NAT), so the server sees one
+//! address per client and replies find their way back.
+
+mod impair;
+
+use std::{
+    collections::HashMap,
+    fmt, io,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    sync::{Arc, Mutex, PoisonError},
+    thread,
+    time::{Duration, Instant},
+};
+
+use bytes::BytesMut;
+pub use impair::{Impairment, LinkStats};
+use impair::{Link, Pending};
+use neqo_udp::{Socket, Transmit};
+use tokio::sync::{mpsc, oneshot};
+
+/// How the relay is set up.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Where clients send to.
+    pub listen: SocketAddr,
+    /// The server.
+    pub upstream: SocketAddr,
+    /// Impairment of the client-to-server direction.
+    pub to_server: Impairment,
+    /// Impairment of the server-to-client direction.
+    pub to_client: Impairment,
+    /// RNG seed; each direction derives its own stream from it.
+    pub seed: u64,
+    /// Socket configuration for all the relay's sockets.
+    pub io: neqo_udp::Config,
+    /// A client silent this long loses its upstream socket.
+    pub session_idle: Duration,
+}
+
+impl RelayConfig {
+    /// A relay with the same impairment both ways.
+    #[must_use]
+    pub fn symmetric(listen: SocketAddr, upstream: SocketAddr, imp: Impairment, seed: u64) -> Self {
+        Self {
+            listen,
+            upstream,
+            to_server: imp,
+            to_client: imp,
+            seed,
+            io: neqo_udp::Config::default(),
+            session_idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the relay did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Client to server.
+    pub to_server: LinkStats,
+    /// Server to client.
+    pub to_client: LinkStats,
+    /// Client sessions open now.
+    pub sessions: usize,
+    /// Client sessions ever opened.
+    pub sessions_total: u64,
+}
+
+impl fmt::Display for RelayStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "| direction | received | forwarded | lost | queue drops | corrupted | duplicated | reordered |"
+        )?;
+        writeln!(f, "|---|---:|---:|---:|---:|---:|---:|---:|")?;
+        for (name, s) in [
+            ("client -> server", &self.to_server),
+            ("server -> client", &self.to_client),
+        ] {
+            writeln!(
+                f,
+                "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+                s.received,
+                s.forwarded,
+                s.lost,
+                s.queue_drops,
+                s.corrupted,
+                s.duplicated,
+                s.reordered
+            )?;
+        }
+        write!(
+            f,
+            "sessions: {} open, {} in all",
+            self.sessions, self.sessions_total
+        )
+    }
+}
+
+/// A relay running on its own thread.
+#[derive(Debug)]
+pub struct Relay {
+    addr: SocketAddr,
+    stats: Arc<Mutex<RelayStats>>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<io::Result<RelayStats>>>,
+}
+
+impl Relay {
+    /// Binds the listening socket and starts relaying on a new thread.
+    ///
+    /// # Errors
+    /// Invalid impairments, or the bind error (e.g. the port is in use).
+    pub fn start(config: RelayConfig) -> io::Result<Self> {
+        for imp in [&config.to_server, &config.to_client] {
+            imp.validate()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        }
+        let stats = Arc::new(Mutex::new(RelayStats::default()));
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let shared = Arc::clone(&stats);
+        let thread = thread::Builder::new()
+            .name("neqo-relay".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let listen = match Socket::bind(config.listen, config.io.clone()) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let kind = e.kind();
+                            let _ = addr_tx.send(Err(e));
+                            return Err(io::Error::new(kind, "relay failed to bind"));
+                        }
+                    };
+                    let _ = addr_tx.send(listen.local_addr());
+                    run(listen, config, async { drop(stop_rx.await) }, &shared).await
+                })
+            })?;
+        let addr = addr_rx
+            .recv()
+            .map_err(|_| io::Error::other("relay thread ended before binding"))??;
+        Ok(Self {
+            addr,
+            stats,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Where clients should send to.
+    #[must_use]
+    pub const fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// What the relay has done so far.
+    #[must_use]
+    pub fn stats(&self) -> RelayStats {
+        *self.stats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stops the relay and returns its final counts.
+    ///
+    /// # Errors
+    /// An I/O error that ended the relay early.
+    pub fn stop(mut self) -> io::Result<RelayStats> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> io::Result<RelayStats> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| io::Error::other("relay thread panicked"))?,
+            None => Ok(self.stats()),
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+struct Session {
+    upstream: Arc<Socket>,
+    last_active: Instant,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// Where the upstream socket binds: loopback for a loopback server, else unspecified.
+fn upstream_bind_addr(upstream: SocketAddr) -> SocketAddr {
+    let ip = match upstream.ip() {
+        ip if ip.is_loopback() => ip,
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    SocketAddr::new(ip, 0)
+}
+
+/// Most receive batches taken from one socket per wake-up, so no direction starves another.
+const MAX_BATCHES_PER_WAKE: usize = 64;
+
+/// Sends `items` (all to the same socket) as batches.
+async fn send_items(socket: &Socket, items: &[(SocketAddr, BytesMut)]) -> io::Result<()> {
+    let transmits: Vec<Transmit<'_>> = items
+        .iter()
+        .map(|(to, data)| Transmit {
+            destination: *to,
+            ecn: None,
+            contents: data,
+            segment_size: None,
+            src_ip: None,
+        })
+        .collect();
+    socket.send_all(&transmits).await
+}
+
+/// Relays until `shutdown` completes; `stats` is refreshed as it goes.
+///
+/// # Errors
+/// An error of the listening socket itself (not of a datagram).
+pub async fn run(
+    listen: Socket,
+    config: RelayConfig,
+    shutdown: impl Future<Output = ()>,
+    stats: &Mutex<RelayStats>,
+) -> io::Result<RelayStats> {
+    let mut to_server: Link<Arc<Socket>> = Link::new(config.to_server, config.seed);
+    let mut to_client: Link<SocketAddr> = Link::new(
+        config.to_client,
+        config.seed.wrapping_add(0x9e37_79b9_7f4a_7c15),
+    );
+    let mut sessions: HashMap<SocketAddr, Session> = HashMap::new();
+    let mut sessions_total = 0u64;
+    let (from_server_tx, mut from_server) =
+        mpsc::unbounded_channel::<(SocketAddr, Vec<BytesMut>)>();
+    let mut batch = listen.recv_batch();
+    let mut due = Vec::new();
+    let mut last_sweep = Instant::now();
+    tokio::pin!(shutdown);
+    loop {
+        let next_due = [to_server.next_due(), to_client.next_due()]
+            .into_iter()
+            .flatten()
+            .min();
+        let sleep = async {
+            match next_due {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            r = listen.readable() => {
+                r?;
+                for _ in 0..MAX_BATCHES_PER_WAKE {
+                    match listen.recv(&mut batch) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e),
+                    }
+                    let now = Instant::now();
+                    for d in batch.datagrams() {
+                        let session = match sessions.get_mut(&d.source) {
+                            Some(s) => s,
+                            None => {
+                                let upstream = Arc::new(Socket::bind(upstream_bind_addr(config.upstream), config.io.clone())?);
+                                let reader = tokio::spawn(read_upstream(Arc::clone(&upstream), d.source, from_server_tx.clone()));
+                                sessions_total += 1;
+                                sessions.entry(d.source).or_insert(Session { upstream, last_active: now, reader })
+                            }
+                        };
+                        session.last_active = now;
+                        to_server.push(now, d.data, Arc::clone(&session.upstream));
+                    }
+                }
+            }
+            Some((client, datagrams)) = from_server.recv() => {
+                let now = Instant::now();
+                if let Some(s) = sessions.get_mut(&client) {
+                    s.last_active = now;
+                }
+                for d in datagrams {
+                    to_client.push(now, d, client);
+                }
+                // Take whatever else the readers queued meanwhile.
+                while let Ok((client, datagrams)) = from_server.try_recv() {
+                    for d in datagrams {
+                        to_client.push(now, d, client);
+                    }
+                }
+            }
+            () = sleep => {}
+        }
+        let now = Instant::now();
+        // Client to server: consecutive datagrams for the same upstream socket go together.
+        due.clear();
+        to_server.pop_due(now, &mut due);
+        let mut i = 0;
+        while i < due.len() {
+            let sock = Arc::clone(&due[i].to);
+            let mut j = i;
+            let mut items = Vec::new();
+            while j < due.len() && Arc::ptr_eq(&due[j].to, &sock) {
+                items.push((config.upstream, std::mem::take(&mut due[j].data)));
+                j += 1;
+            }
+            send_items(&sock, &items).await?;
+            i = j;
+        }
+        // Server to client: all through the listening socket, one sendmmsg per batch.
+        let mut back: Vec<Pending<SocketAddr>> = Vec::new();
+        to_client.pop_due(now, &mut back);
+        if !back.is_empty() {
+            let items: Vec<(SocketAddr, BytesMut)> =
+                back.into_iter().map(|p| (p.to, p.data)).collect();
+            send_items(&listen, &items).await?;
+        }
+        if now.duration_since(last_sweep) > Duration::from_secs(1) {
+            last_sweep = now;
+            sessions.retain(|_, s| {
+                let keep = now.duration_since(s.last_active) < config.session_idle;
+                if !keep {
+                    s.reader.abort();
+                }
+                keep
+            });
+        }
+        let snapshot = RelayStats {
+            to_server: to_server.snapshot(),
+            to_client: to_client.snapshot(),
+            sessions: sessions.len(),
+            sessions_total,
+        };
+        *stats.lock().unwrap_or_else(PoisonError::into_inner) = snapshot;
+    }
+    for s in sessions.values() {
+        s.reader.abort();
+    }
+    let final_stats = RelayStats {
+        to_server: to_server.snapshot(),
+        to_client: to_client.snapshot(),
+        sessions: 0,
+        sessions_total,
+    };
+    *stats.lock().unwrap_or_else(PoisonError::into_inner) = final_stats;
+    Ok(final_stats)
+}
+
+/// Reads what the server sends to one client's upstream socket.
+async fn read_upstream(
+    socket: Arc<Socket>,
+    client: SocketAddr,
+    tx: mpsc::UnboundedSender<(SocketAddr, Vec<BytesMut>)>,
+) {
+    let mut batch = socket.recv_batch();
+    loop {
+        match socket.recv_async(&mut batch).await {
+            Ok(_) => {
+                let datagrams: Vec<BytesMut> = batch.datagrams().map(|d| d.data).collect();
+                if !datagrams.is_empty() && tx.send((client, datagrams)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!("relay upstream socket for {client}: {e}");
+                return;
+            }
+        }
+    }
+}
