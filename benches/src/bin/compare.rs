@@ -1,0 +1,415 @@
+//! Client/server transfer comparison: each pair runs as two processes over loopback, `--runs`
+//! times, and the results print as the markdown table QUIC projects post on pull requests.
+//!
+//! `cargo run --release -p benches --bin compare -- [--runs N] [--bytes B] [--no-build]`
+//!
+//! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin, and
+//! `msquic-peer` from test-fixtures with its `msquic` feature) and says which pairs it skipped
+//! and why.
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+    time::Duration,
+};
+
+use test_fixtures::process::{self, Measured, Server, cargo_build, release_dir};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Impl {
+    Neqo,
+    Msquic,
+}
+
+impl Impl {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Neqo => "neqo",
+            Self::Msquic => "msquic",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    client: Impl,
+    server: Impl,
+    /// I/O mode of the neqo side(s).
+    io: &'static str,
+    /// Pacing of the neqo side(s).
+    pacing: bool,
+}
+
+impl Pair {
+    fn label(&self) -> String {
+        let neqo_involved = self.client == Impl::Neqo || self.server == Impl::Neqo;
+        let (io, pacing) = if neqo_involved {
+            (self.io, if self.pacing { "on" } else { "off" })
+        } else {
+            ("-", "-")
+        };
+        format!(
+            "| {} | {} | {io} | {pacing} |",
+            self.client.name(),
+            self.server.name()
+        )
+    }
+}
+
+const PAIRS: &[Pair] = &[
+    Pair {
+        client: Impl::Neqo,
+        server: Impl::Neqo,
+        io: "batched",
+        pacing: true,
+    },
+    Pair {
+        client: Impl::Neqo,
+        server: Impl::Neqo,
+        io: "batched",
+        pacing: false,
+    },
+    Pair {
+        client: Impl::Neqo,
+        server: Impl::Neqo,
+        io: "single",
+        pacing: true,
+    },
+    Pair {
+        client: Impl::Neqo,
+        server: Impl::Neqo,
+        io: "single",
+        pacing: false,
+    },
+    Pair {
+        client: Impl::Msquic,
+        server: Impl::Msquic,
+        io: "batched",
+        pacing: true,
+    },
+    Pair {
+        client: Impl::Neqo,
+        server: Impl::Msquic,
+        io: "batched",
+        pacing: true,
+    },
+    Pair {
+        client: Impl::Neqo,
+        server: Impl::Msquic,
+        io: "batched",
+        pacing: false,
+    },
+    Pair {
+        client: Impl::Msquic,
+        server: Impl::Neqo,
+        io: "batched",
+        pacing: true,
+    },
+    Pair {
+        client: Impl::Msquic,
+        server: Impl::Neqo,
+        io: "batched",
+        pacing: false,
+    },
+];
+
+struct Args {
+    runs: usize,
+    bytes: u64,
+    build: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        runs: 5,
+        bytes: 134_217_728,
+        build: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
+        match arg.as_str() {
+            "--runs" => {
+                let v = value("--runs")?;
+                a.runs = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| format!("--runs: expected 1..=1000, got {v}"))?;
+            }
+            "--bytes" => {
+                let v = value("--bytes")?;
+                a.bytes = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("--bytes: expected a positive number, got {v}"))?;
+            }
+            "--no-build" => a.build = false,
+            "-h" | "--help" => {
+                println!("usage: compare [--runs N] [--bytes B] [--no-build]");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?} (try --help)")),
+        }
+    }
+    Ok(a)
+}
+
+struct Peers {
+    dir: PathBuf,
+    /// Why msquic pairs cannot run, if they cannot.
+    msquic_missing: Option<String>,
+    neqo_missing: Option<String>,
+}
+
+fn prepare(build: bool) -> Peers {
+    let dir = release_dir();
+    let mut neqo_missing = None;
+    let mut msquic_missing = None;
+    if build {
+        eprintln!("building neqo-client and neqo-server (release)...");
+        if let Err(e) = cargo_build(&["-p", "neqo-bin", "--bins"]) {
+            neqo_missing = Some(e);
+        }
+        eprintln!("building msquic-peer (release, builds msquic with cmake the first time)...");
+        if let Err(e) = cargo_build(&[
+            "-p",
+            "test-fixtures",
+            "--features",
+            "msquic",
+            "--bin",
+            "msquic-peer",
+        ]) {
+            msquic_missing = Some(e);
+        }
+    }
+    let missing = |bin: &str| {
+        let path = dir.join(bin);
+        (!path.exists()).then(|| format!("{} not found", path.display()))
+    };
+    if neqo_missing.is_none() {
+        neqo_missing = missing("neqo-client").or_else(|| missing("neqo-server"));
+    }
+    if msquic_missing.is_none() {
+        msquic_missing = missing("msquic-peer");
+    }
+    Peers {
+        dir,
+        msquic_missing,
+        neqo_missing,
+    }
+}
+
+fn server_command(peers: &Peers, pair: &Pair) -> Command {
+    match pair.server {
+        Impl::Neqo => {
+            let mut c = Command::new(peers.dir.join("neqo-server"));
+            c.args(["--listen", "127.0.0.1:0", "--io", pair.io]);
+            if !pair.pacing {
+                c.arg("--no-pacing");
+            }
+            c
+        }
+        Impl::Msquic => {
+            let mut c = Command::new(peers.dir.join("msquic-peer"));
+            c.args(["server", "--listen", "127.0.0.1:0"]);
+            c
+        }
+    }
+}
+
+fn client_command(peers: &Peers, pair: &Pair, url: &str, json: &Path) -> Command {
+    let json = json.to_string_lossy().into_owned();
+    match pair.client {
+        Impl::Neqo => {
+            let mut c = Command::new(peers.dir.join("neqo-client"));
+            c.args([
+                url,
+                "--insecure",
+                "--alpn",
+                "hq-interop",
+                "--io",
+                pair.io,
+                "--json",
+                &json,
+            ]);
+            if !pair.pacing {
+                c.arg("--no-pacing");
+            }
+            c
+        }
+        Impl::Msquic => {
+            let mut c = Command::new(peers.dir.join("msquic-peer"));
+            c.args([
+                "client",
+                url,
+                "--insecure",
+                "--alpn",
+                "hq-interop",
+                "--json",
+                &json,
+            ]);
+            c
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Row {
+    times_ms: Vec<f64>,
+    gbps: Vec<f64>,
+    tx_per_syscall: Vec<f64>,
+    client_rss_mb: f64,
+    server_rss_mb: f64,
+    failure: Option<String>,
+}
+
+fn one_run(peers: &Peers, pair: &Pair, bytes: u64, row: &mut Row) -> Result<(), String> {
+    let server = Server::start(&mut server_command(peers, pair), Duration::from_secs(20))
+        .map_err(|e| format!("server: {e}"))?;
+    let url = format!("https://127.0.0.1:{}/{bytes}", server.addr.port());
+    let json = std::env::temp_dir().join(format!(
+        "compare-{}-{}.json",
+        std::process::id(),
+        row.times_ms.len()
+    ));
+    let limit = Duration::from_secs(60 + bytes / 12_500_000);
+    let client = process::run(&mut client_command(peers, pair, &url, &json), limit);
+    let server = server.stop();
+    let (client, stderr) = client.map_err(|e| format!("client: {e}"))?;
+    let server: Measured = server.map_err(|e| format!("server: {e}"))?;
+    if !client.success() {
+        let why = stderr.lines().last().unwrap_or("no message").to_string();
+        return Err(format!("client exited with {:?}: {why}", client.code));
+    }
+    let report: serde_json::Value = std::fs::read_to_string(&json)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let _ = std::fs::remove_file(&json);
+    row.times_ms.push(client.wall.as_secs_f64() * 1000.0);
+    if let Some(g) = report.get("gbps").and_then(serde_json::Value::as_f64) {
+        row.gbps.push(g);
+    }
+    if let Some(t) = report
+        .get("tx_datagrams_per_syscall")
+        .and_then(serde_json::Value::as_f64)
+    {
+        row.tx_per_syscall.push(t);
+    }
+    row.client_rss_mb = row.client_rss_mb.max(client.max_rss_kib as f64 / 1024.0);
+    row.server_rss_mb = row.server_rss_mb.max(server.max_rss_kib as f64 / 1024.0);
+    Ok(())
+}
+
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("compare: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let peers = prepare(args.build);
+    let mut out = String::new();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let _ = writeln!(
+        out,
+        "Transfer of {} bytes over loopback, {} run(s) per pair; client and server share {cores} cores.\n",
+        args.bytes, args.runs
+    );
+    let _ = writeln!(
+        out,
+        "| Client | Server | I/O | Pacing | Mean ± σ [ms] | Min [ms] | Max [ms] | Relative | Gbit/s | TX dgram/syscall | Client RSS [MB] | Server RSS [MB] |"
+    );
+    let _ = writeln!(
+        out,
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut skipped = Vec::new();
+    let mut failed = 0;
+    let mut first_mean = None;
+    for pair in PAIRS {
+        let needs_msquic = pair.client == Impl::Msquic || pair.server == Impl::Msquic;
+        let needs_neqo = pair.client == Impl::Neqo || pair.server == Impl::Neqo;
+        let reason = match (
+            needs_neqo
+                .then_some(&peers.neqo_missing)
+                .and_then(Option::as_ref),
+            needs_msquic
+                .then_some(&peers.msquic_missing)
+                .and_then(Option::as_ref),
+        ) {
+            (Some(r), _) | (_, Some(r)) => Some(r.clone()),
+            _ => None,
+        };
+        if let Some(r) = reason {
+            skipped.push(format!(
+                "{} -> {} ({}, pacing {}): {r}",
+                pair.client.name(),
+                pair.server.name(),
+                pair.io,
+                if pair.pacing { "on" } else { "off" }
+            ));
+            continue;
+        }
+        let mut row = Row::default();
+        for run in 0..args.runs {
+            eprintln!("{} run {}/{}", pair.label(), run + 1, args.runs);
+            if let Err(e) = one_run(&peers, pair, args.bytes, &mut row) {
+                row.failure = Some(e);
+                break;
+            }
+        }
+        if let Some(f) = &row.failure {
+            failed += 1;
+            let _ = writeln!(out, "{} FAILED: {f} | | | | | | | |", pair.label());
+            continue;
+        }
+        let (mean, sd) = mean_sd(&row.times_ms);
+        let min = row.times_ms.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = row.times_ms.iter().copied().fold(0.0, f64::max);
+        let relative = mean / *first_mean.get_or_insert(mean);
+        let opt = |v: &[f64], prec: usize| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.prec$}", mean_sd(v).0)
+            }
+        };
+        let _ = writeln!(
+            out,
+            "{} {mean:.1} ± {sd:.1} | {min:.1} | {max:.1} | {relative:.2} | {} | {} | {:.1} | {:.1} |",
+            pair.label(),
+            opt(&row.gbps, 2),
+            opt(&row.tx_per_syscall, 1),
+            row.client_rss_mb,
+            row.server_rss_mb
+        );
+    }
+    if !skipped.is_empty() {
+        let _ = writeln!(out, "\nSkipped:");
+        for s in &skipped {
+            let _ = writeln!(out, "- {s}");
+        }
+    }
+    println!("{out}");
+    if failed > 0 {
+        eprintln!("compare: {failed} pair(s) failed");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,375 @@
+//! Thin helpers over msquic's raw API table.
+//!
+//! The `msquic` crate's closure-based wrappers drop a handle's callback closure
+//! while that closure is still running when the handle is closed from its own
+//! `SHUTDOWN_COMPLETE` event.  The peer therefore installs plain `extern "C"`
+//! callbacks with its own boxed contexts, so that a context is freed only after
+//! every reference into it is gone.
+
+use std::ffi::{CString, c_void};
+use std::net::SocketAddr;
+
+use msquic::ffi::{self, HQUIC, QUIC_STATUS};
+use msquic::{Api, Status};
+
+/// The process-wide msquic API table (opened on first use).
+pub(crate) fn api() -> &'static ffi::QUIC_API_TABLE {
+    Api::get_ffi()
+}
+
+/// `QUIC_SUCCEEDED()`: success and pending statuses are not failures.
+pub(crate) fn succeeded(status: QUIC_STATUS) -> bool {
+    // On POSIX msquic statuses are negated errno values (or 0 / -1 / -2 for
+    // success / continue / pending), so anything <= 0 is a success.
+    status.cast_signed() <= 0
+}
+
+/// Base of msquic's POSIX error statuses (`ERROR_BASE` in `msquic_posix.h`).
+const ERROR_BASE: QUIC_STATUS = 200_000_000;
+/// `QUIC_STATUS_TLS_ALERT(0)`.
+const TLS_ERROR_BASE: QUIC_STATUS = ERROR_BASE + 256;
+/// Base of certificate validation errors.
+const CERT_ERROR_BASE: QUIC_STATUS = ERROR_BASE + 512;
+
+/// A human readable name for an msquic status.
+pub(crate) fn status_name(status: QUIC_STATUS) -> String {
+    match Status(status).try_as_status_code() {
+        Ok(code) => format!("{code:?}"),
+        Err(_) if (TLS_ERROR_BASE..CERT_ERROR_BASE).contains(&status) => {
+            format!("TLS alert {}", status - TLS_ERROR_BASE)
+        }
+        Err(_) => format!("status 0x{status:x}"),
+    }
+}
+
+/// Explains why the transport shut a connection down.
+pub(crate) fn transport_close_reason(status: QUIC_STATUS, code: u64) -> String {
+    let mut text = status_name(status);
+    if code >= 2 {
+        text = format!("{text}, {}", close_code_name(code));
+    }
+    let hint = match Status(status).try_as_status_code() {
+        Ok(msquic::StatusCode::QUIC_STATUS_UNREACHABLE) => {
+            " - server unreachable (is anything listening on that port?)"
+        }
+        Ok(msquic::StatusCode::QUIC_STATUS_CONNECTION_TIMEOUT) => {
+            " - no response from the server before the handshake timeout"
+        }
+        Ok(msquic::StatusCode::QUIC_STATUS_CONNECTION_IDLE) => {
+            " - idle timeout: nothing received from the peer (is it a QUIC server?)"
+        }
+        _ if (0x12a..=0x130).contains(&code)
+            || (CERT_ERROR_BASE..CERT_ERROR_BASE + 256).contains(&status) =>
+        {
+            " - certificate rejected (use --insecure for self-signed certificates)"
+        }
+        _ => "",
+    };
+    format!("{text}{hint}")
+}
+
+/// Converts a raw status into a `Result`.
+pub(crate) fn check(status: QUIC_STATUS, what: &str) -> Result<(), String> {
+    if succeeded(status) {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {}", status_name(status)))
+    }
+}
+
+/// Names a QUIC transport/application error code as seen in a CONNECTION_CLOSE.
+pub(crate) fn close_code_name(code: u64) -> String {
+    match code {
+        0x0 => "NO_ERROR".into(),
+        0x1 => "INTERNAL_ERROR".into(),
+        0x2 => "CONNECTION_REFUSED".into(),
+        0x3 => "FLOW_CONTROL_ERROR".into(),
+        0xa => "PROTOCOL_VIOLATION".into(),
+        0x100..=0x1ff => {
+            let alert = code - 0x100;
+            let name = match alert {
+                40 => "handshake_failure",
+                42 => "bad_certificate",
+                46 => "certificate_unknown",
+                48 => "unknown_ca",
+                80 => "internal_error",
+                109 => "missing_extension",
+                120 => "no_application_protocol (ALPN mismatch)",
+                _ => "tls alert",
+            };
+            format!("CRYPTO_ERROR 0x{code:x}: TLS alert {alert} {name}")
+        }
+        _ => format!("error code 0x{code:x}"),
+    }
+}
+
+/// The callback signature shared by stream handlers.
+pub(crate) type StreamCallback =
+    unsafe extern "C" fn(HQUIC, *mut c_void, *mut ffi::QUIC_STREAM_EVENT) -> QUIC_STATUS;
+
+/// The callback signature shared by connection handlers.
+pub(crate) type ConnectionCallback =
+    unsafe extern "C" fn(HQUIC, *mut c_void, *mut ffi::QUIC_CONNECTION_EVENT) -> QUIC_STATUS;
+
+/// Installs `handler` with `context` on a stream or connection handle.
+///
+/// # Safety
+/// `handle` must be a live stream or connection handle, `handler` must have the
+/// callback signature matching the handle type and `context` must stay valid
+/// until the handler frees it.
+pub(crate) unsafe fn set_callback(handle: HQUIC, handler: *mut c_void, context: *mut c_void) {
+    let f = api().SetCallbackHandler.expect("SetCallbackHandler");
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { f(handle, handler, context) };
+}
+
+/// Opens a bidirectional stream on `conn` with a raw callback.
+///
+/// # Safety
+/// `conn` must be a live connection handle; `context` must stay valid until the
+/// stream's `SHUTDOWN_COMPLETE` (or until the caller frees it after an error).
+pub(crate) unsafe fn stream_open(
+    conn: HQUIC,
+    handler: StreamCallback,
+    context: *mut c_void,
+) -> Result<HQUIC, String> {
+    let mut stream: HQUIC = std::ptr::null_mut();
+    let f = api().StreamOpen.expect("StreamOpen");
+    // SAFETY: forwarded from the caller's contract; `stream` is a valid out pointer.
+    let status = unsafe {
+        f(
+            conn,
+            ffi::QUIC_STREAM_OPEN_FLAGS_QUIC_STREAM_OPEN_FLAG_NONE,
+            Some(handler),
+            context,
+            &raw mut stream,
+        )
+    };
+    check(status, "StreamOpen")?;
+    Ok(stream)
+}
+
+/// Starts a stream (always asynchronous in msquic).
+///
+/// # Safety
+/// `stream` must be a live, not yet started stream handle.
+pub(crate) unsafe fn stream_start(stream: HQUIC) -> Result<(), String> {
+    let f = api().StreamStart.expect("StreamStart");
+    // SAFETY: forwarded from the caller's contract.
+    let status = unsafe {
+        f(
+            stream,
+            ffi::QUIC_STREAM_START_FLAGS_QUIC_STREAM_START_FLAG_NONE,
+        )
+    };
+    check(status, "StreamStart")
+}
+
+/// Shuts a stream down (queued, never inline).
+///
+/// # Safety
+/// `stream` must be a live stream handle.
+pub(crate) unsafe fn stream_shutdown(stream: HQUIC, flags: u32, code: u64) -> Result<(), String> {
+    let f = api().StreamShutdown.expect("StreamShutdown");
+    // SAFETY: forwarded from the caller's contract.
+    let status = unsafe { f(stream, flags, code) };
+    check(status, "StreamShutdown")
+}
+
+/// Graceful shutdown of the send direction (sends FIN).
+pub(crate) const SHUTDOWN_GRACEFUL: u32 =
+    ffi::QUIC_STREAM_SHUTDOWN_FLAGS_QUIC_STREAM_SHUTDOWN_FLAG_GRACEFUL;
+/// Abort both directions (RESET_STREAM + STOP_SENDING).
+pub(crate) const SHUTDOWN_ABORT: u32 =
+    ffi::QUIC_STREAM_SHUTDOWN_FLAGS_QUIC_STREAM_SHUTDOWN_FLAG_ABORT;
+/// Abort only the send direction (RESET_STREAM).
+pub(crate) const SHUTDOWN_ABORT_SEND: u32 =
+    ffi::QUIC_STREAM_SHUTDOWN_FLAGS_QUIC_STREAM_SHUTDOWN_FLAG_ABORT_SEND;
+
+/// Closes a stream handle.
+///
+/// # Safety
+/// `stream` must be a live stream handle that is not used afterwards.
+pub(crate) unsafe fn stream_close(stream: HQUIC) {
+    let f = api().StreamClose.expect("StreamClose");
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { f(stream) };
+}
+
+/// Starts the shutdown of a connection (queued).
+///
+/// # Safety
+/// `conn` must be a live connection handle.
+pub(crate) unsafe fn connection_shutdown(conn: HQUIC, code: u64) {
+    let f = api().ConnectionShutdown.expect("ConnectionShutdown");
+    // SAFETY: forwarded from the caller's contract.
+    unsafe {
+        f(
+            conn,
+            ffi::QUIC_CONNECTION_SHUTDOWN_FLAGS_QUIC_CONNECTION_SHUTDOWN_FLAG_NONE,
+            code,
+        );
+    };
+}
+
+/// Closes a connection handle.
+///
+/// # Safety
+/// `conn` must be a live connection handle that is not used afterwards.
+pub(crate) unsafe fn connection_close(conn: HQUIC) {
+    let f = api().ConnectionClose.expect("ConnectionClose");
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { f(conn) };
+}
+
+/// Builds the `QUIC_SETTINGS` the peer uses on both sides.
+pub(crate) fn settings(idle_timeout_ms: u64, peer_bidi_streams: Option<u16>) -> ffi::QUIC_SETTINGS {
+    // SAFETY: QUIC_SETTINGS is a plain C struct for which all-zero means "nothing set".
+    let mut s: ffi::QUIC_SETTINGS = unsafe { std::mem::zeroed() };
+    // SAFETY: `IsSet` is the bitfield view of the `IsSetFlags` union; both are plain integers.
+    let is_set = unsafe { &mut s.__bindgen_anon_1.IsSet };
+    is_set.set_IdleTimeoutMs(1);
+    is_set.set_HandshakeIdleTimeoutMs(1);
+    // Like secnetperf: the app keeps its buffers alive until SEND_COMPLETE, so
+    // msquic does not copy every byte into its own send buffer.
+    is_set.set_SendBufferingEnabled(1);
+    if peer_bidi_streams.is_some() {
+        is_set.set_PeerBidiStreamCount(1);
+    }
+    s.IdleTimeoutMs = idle_timeout_ms;
+    s.HandshakeIdleTimeoutMs = if idle_timeout_ms == 0 {
+        10_000
+    } else {
+        idle_timeout_ms.min(10_000)
+    };
+    s.set_SendBufferingEnabled(0);
+    if let Some(n) = peer_bidi_streams {
+        s.PeerBidiStreamCount = n;
+    }
+    s
+}
+
+/// Applies `settings` to a configuration handle.
+pub(crate) fn apply_settings(
+    config: &msquic::Configuration,
+    settings: &ffi::QUIC_SETTINGS,
+) -> Result<(), String> {
+    let len = u32::try_from(std::mem::size_of::<ffi::QUIC_SETTINGS>()).expect("small struct");
+    // SAFETY: the configuration handle is live for the borrow and `settings`
+    // points to a fully initialised QUIC_SETTINGS of `len` bytes.
+    unsafe {
+        Api::set_param(
+            config.as_raw(),
+            ffi::QUIC_PARAM_CONFIGURATION_SETTINGS,
+            len,
+            std::ptr::from_ref(settings).cast(),
+        )
+    }
+    .map_err(|e| format!("setting msquic configuration: {}", status_name(e.0)))
+}
+
+/// An owned client connection handle whose callback context is an `Arc<T>`;
+/// the context reference is released after the handle is closed.
+#[derive(Debug)]
+pub(crate) struct OwnedConnection<T> {
+    handle: HQUIC,
+    context: *const T,
+}
+
+impl<T> OwnedConnection<T> {
+    /// Opens a connection whose callback context is `context`.
+    ///
+    /// # Safety
+    /// `handler` must be a connection callback that treats its context as a
+    /// `*const T` obtained from `Arc::into_raw` and never frees it.
+    pub(crate) unsafe fn open(
+        registration: &msquic::Registration,
+        handler: ConnectionCallback,
+        context: std::sync::Arc<T>,
+    ) -> Result<Self, String> {
+        let context = std::sync::Arc::into_raw(context);
+        let mut handle: HQUIC = std::ptr::null_mut();
+        let f = api().ConnectionOpen.expect("ConnectionOpen");
+        // SAFETY: the registration is live; `handle` is a valid out pointer.
+        let status = unsafe {
+            f(
+                registration.as_raw(),
+                Some(handler),
+                context.cast_mut().cast(),
+                &raw mut handle,
+            )
+        };
+        if let Err(e) = check(status, "ConnectionOpen") {
+            // SAFETY: msquic did not take the context; release our reference.
+            drop(unsafe { std::sync::Arc::from_raw(context) });
+            return Err(e);
+        }
+        Ok(Self { handle, context })
+    }
+
+    /// Sets the remote address explicitly (skips name resolution in msquic).
+    pub(crate) fn set_remote_address(&self, addr: SocketAddr) -> Result<(), String> {
+        let addr = msquic::Addr::from(addr);
+        let len = u32::try_from(std::mem::size_of::<msquic::Addr>()).expect("small struct");
+        // SAFETY: the handle is live and `addr` is a valid QUIC_ADDR of `len` bytes.
+        unsafe {
+            Api::set_param(
+                self.handle,
+                ffi::QUIC_PARAM_CONN_REMOTE_ADDRESS,
+                len,
+                std::ptr::from_ref(&addr).cast(),
+            )
+        }
+        .map_err(|e| format!("setting remote address {addr:?}: {}", status_name(e.0)))
+    }
+
+    /// Starts the handshake.
+    pub(crate) fn start(
+        &self,
+        config: &msquic::Configuration,
+        server_name: &str,
+        remote: SocketAddr,
+    ) -> Result<(), String> {
+        let name = CString::new(server_name).map_err(|_| "server name contains NUL".to_string())?;
+        let family = if remote.is_ipv4() {
+            ffi::QUIC_ADDRESS_FAMILY_INET
+        } else {
+            ffi::QUIC_ADDRESS_FAMILY_INET6
+        };
+        let f = api().ConnectionStart.expect("ConnectionStart");
+        // SAFETY: both handles are live; `name` outlives the call (msquic copies it).
+        let status = unsafe {
+            f(
+                self.handle,
+                config.as_raw(),
+                ffi::QUIC_ADDRESS_FAMILY::try_from(family).expect("family fits"),
+                name.as_ptr(),
+                remote.port(),
+            )
+        };
+        check(status, "ConnectionStart")
+    }
+
+    /// Connection statistics (v2).
+    pub(crate) fn statistics(&self) -> Option<ffi::QUIC_STATISTICS_V2> {
+        // SAFETY: the handle is live and QUIC_STATISTICS_V2 is a plain C struct.
+        unsafe {
+            Api::get_param_auto::<ffi::QUIC_STATISTICS_V2>(
+                self.handle,
+                ffi::QUIC_PARAM_CONN_STATISTICS_V2,
+            )
+        }
+        .ok()
+    }
+}
+
+impl<T> Drop for OwnedConnection<T> {
+    fn drop(&mut self) {
+        // SAFETY: the handle is owned by `self` and not used afterwards;
+        // ConnectionClose returns only after the last callback finished.
+        unsafe { connection_close(self.handle) };
+        // SAFETY: `context` came from `Arc::into_raw` in `open`; no callback can
+        // use it any more.
+        drop(unsafe { std::sync::Arc::from_raw(self.context) });
+    }
+}
