@@ -48,7 +48,10 @@ pub fn split_batch(contents: &[u8], slots: &[FuzzSlot]) {
     }
     batch.set_filled(n.min(slots.len()));
     let got: Vec<Vec<u8>> = batch.datagrams().map(|d| d.data.to_vec()).collect();
-    assert!(got.iter().all(|d| !d.is_empty()), "no empty datagram handed up");
+    assert!(
+        got.iter().all(|d| !d.is_empty()),
+        "no empty datagram handed up"
+    );
     assert_eq!(got, expected, "datagrams are the slots' segments, in order");
 }
 

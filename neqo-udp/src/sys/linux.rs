@@ -447,7 +447,9 @@ fn decode_recv_cmsgs(hdr: &libc::msghdr, meta: &mut SlotMeta) -> Option<u64> {
         // The payload the header claims, but never past the end of the buffer: the kernel
         // writes consistent lengths, arbitrary (fuzzed) bytes need not.
         let start = offset + data_offset;
-        let payload = len.saturating_sub(data_offset).min(total.saturating_sub(start));
+        let payload = len
+            .saturating_sub(data_offset)
+            .min(total.saturating_sub(start));
         // SAFETY: `start <= offset + len` and the reads below never exceed `payload` bytes
         // from it, which stay within `total`; when `payload` is 0 nothing is read.
         let data = unsafe { base.add(start.min(total)) };
@@ -496,7 +498,11 @@ fn decode_recv_cmsgs(hdr: &libc::msghdr, meta: &mut SlotMeta) -> Option<u64> {
             }
             _ => {}
         }
-        let Some(next) = len.checked_add(align - 1).map(|l| l & !(align - 1)).and_then(|l| offset.checked_add(l)) else {
+        let Some(next) = len
+            .checked_add(align - 1)
+            .map(|l| l & !(align - 1))
+            .and_then(|l| offset.checked_add(l))
+        else {
             break;
         };
         offset = next;
@@ -770,7 +776,9 @@ pub(crate) fn decode_control_bytes(bytes: &[u8]) -> (SlotMeta, Option<u64>) {
     // An aligned copy, as the kernel's buffer would be.
     let mut ctrl = vec![0u64; bytes.len().div_ceil(8)];
     // SAFETY: `ctrl` holds at least `bytes.len()` bytes; the regions do not overlap.
-    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), ctrl.as_mut_ptr().cast::<u8>(), bytes.len()) };
+    unsafe {
+        ptr::copy_nonoverlapping(bytes.as_ptr(), ctrl.as_mut_ptr().cast::<u8>(), bytes.len())
+    };
     // SAFETY: all-zero is a valid msghdr.
     let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
     hdr.msg_control = ctrl.as_mut_ptr().cast();

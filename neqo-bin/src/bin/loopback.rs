@@ -1,0 +1,305 @@
+//! `neqo-loopback`: the main job. Starts `neqo-server` and `neqo-client` as child processes
+//! (this same executable in hidden roles) on 127.0.0.1, transfers `--bytes` (1 GiB) once per
+//! I/O mode, and prints throughput, datagrams per syscall, CPU seconds and drops per mode with
+//! the batched/single ratio.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitCode, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use clap::Parser as _;
+use neqo_bin::cli::{ClientArgs, ServerArgs, client_main, init_logging, parse_size, server_main};
+use neqo_udp::IoMode;
+use serde_json::Value;
+
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "neqo-loopback",
+    about = "Loopback transfer in batched and single I/O mode: throughput, datagrams per syscall, CPU"
+)]
+struct Args {
+    #[command(subcommand)]
+    role: Option<Role>,
+    /// Bytes to transfer per mode (K/M/G suffixes).
+    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    bytes: u64,
+    /// Turn the driver's pacing off on both sides.
+    #[arg(long)]
+    no_pacing: bool,
+    /// Modes to run, in order.
+    #[arg(long, value_delimiter = ',', default_value = "batched,single")]
+    modes: Vec<String>,
+    /// `hq-interop` (GET /N) or `perf` (download N).
+    #[arg(long, default_value = "hq-interop")]
+    alpn: String,
+    /// Datagrams per syscall in batched mode.
+    #[arg(long, default_value_t = neqo_udp::DEFAULT_BATCH_SIZE)]
+    batch_size: usize,
+    /// Write every figure as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Role {
+    /// Run as neqo-server.
+    #[command(hide = true)]
+    Server(ServerArgs),
+    /// Run as neqo-client.
+    #[command(hide = true)]
+    Client(ClientArgs),
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Row {
+    mode: String,
+    pacing: bool,
+    bytes: u64,
+    seconds: f64,
+    gbps: f64,
+    /// Server sending, client receiving: the data direction.
+    server_tx_per_syscall: f64,
+    client_rx_per_syscall: f64,
+    /// Acknowledgements the other way.
+    client_tx_per_syscall: f64,
+    server_rx_per_syscall: f64,
+    client_cpu_s: f64,
+    server_cpu_s: f64,
+    kernel_drops: u64,
+    lost_packets: u64,
+    client: Value,
+    server: Value,
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let args = Args::parse();
+    match args.role {
+        Some(Role::Server(a)) => return server_main(a),
+        Some(Role::Client(a)) => return client_main(a),
+        None => {}
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("neqo-loopback: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn children_cpu() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a rusage into the pointer, which is valid for writes.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return 0.0;
+    }
+    // SAFETY: getrusage succeeded and filled it.
+    let ru = unsafe { ru.assume_init() };
+    #[expect(clippy::cast_precision_loss, reason = "seconds")]
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+struct Reaper(Option<Child>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let dir = std::env::temp_dir().join(format!("neqo-loopback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut rows = Vec::new();
+    for mode in &args.modes {
+        let mode: IoMode = mode.parse().map_err(anyhow::Error::msg)?;
+        eprintln!(
+            "neqo-loopback: {} bytes in {mode} mode, pacing {}...",
+            args.bytes,
+            if args.no_pacing { "off" } else { "on" }
+        );
+        rows.push(one(args, &exe, &dir, mode)?);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    print_table(&rows, !args.no_pacing);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn common(args: &Args, mode: IoMode, json: &Path) -> Vec<String> {
+    let mut v = vec![
+        "--io".to_owned(),
+        mode.to_string(),
+        "--batch-size".to_owned(),
+        args.batch_size.to_string(),
+        "--json".to_owned(),
+        json.display().to_string(),
+    ];
+    if args.no_pacing {
+        v.push("--no-pacing".to_owned());
+    }
+    v
+}
+
+fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row> {
+    let server_json = dir.join(format!("server-{mode}.json"));
+    let client_json = dir.join(format!("client-{mode}.json"));
+    let cpu0 = children_cpu();
+    let mut server = Reaper(Some(
+        Command::new(exe)
+            .arg("server")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(common(args, mode, &server_json))
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting the server")?,
+    ));
+    let stdout = server
+        .0
+        .as_mut()
+        .and_then(|c| c.stdout.take())
+        .context("server stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("neqo-server listening on ")
+        .and_then(|rest| rest.split(", ").next())
+        .with_context(|| format!("server did not start: {line:?}"))?
+        .to_owned();
+    let url = if args.alpn == "perf" {
+        format!("https://{addr}/")
+    } else {
+        format!("https://{addr}/{}", args.bytes)
+    };
+    let mut client = Command::new(exe);
+    client
+        .arg("client")
+        .arg(&url)
+        .args(["--insecure", "--no-progress", "--alpn", &args.alpn])
+        .args(common(args, mode, &client_json))
+        .stdin(Stdio::null());
+    if args.alpn == "perf" {
+        client.args(["--download", &args.bytes.to_string()]);
+    }
+    let status = client.status().context("running the client")?;
+    let cpu1 = children_cpu();
+    let Some(mut s) = server.0.take() else {
+        bail!("server vanished");
+    };
+    // SAFETY: kill with a pid we spawned and have not reaped.
+    unsafe {
+        libc::kill(i32::try_from(s.id())?, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if s.try_wait()?.is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = s.kill();
+            let _ = s.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let cpu2 = children_cpu();
+    if !status.success() {
+        bail!("the client failed in {mode} mode ({status})");
+    }
+    let c: Value = serde_json::from_str(&std::fs::read_to_string(&client_json)?)?;
+    let sv: Value = serde_json::from_str(
+        &std::fs::read_to_string(&server_json).context("the server wrote no report")?,
+    )?;
+    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let u = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    Ok(Row {
+        mode: mode.to_string(),
+        pacing: !args.no_pacing,
+        bytes: u(&c, "bytes_received"),
+        seconds: f(&c, "seconds"),
+        gbps: f(&c, "gbps"),
+        server_tx_per_syscall: f(&sv, "tx_datagrams_per_syscall"),
+        client_rx_per_syscall: f(&c, "rx_datagrams_per_syscall"),
+        client_tx_per_syscall: f(&c, "tx_datagrams_per_syscall"),
+        server_rx_per_syscall: f(&sv, "rx_datagrams_per_syscall"),
+        client_cpu_s: cpu1 - cpu0,
+        server_cpu_s: cpu2 - cpu1,
+        kernel_drops: u(&c, "kernel_drops") + u(&sv, "kernel_drops"),
+        lost_packets: u(&c, "lost_packets") + u(&sv, "lost_packets"),
+        client: c,
+        server: sv,
+    })
+}
+
+fn print_table(rows: &[Row], pacing: bool) {
+    println!();
+    println!(
+        "neqo-loopback: 127.0.0.1, pacing {}, client and server share this machine's cores",
+        if pacing { "on" } else { "off" }
+    );
+    println!(
+        "{:<8} {:>10} {:>8} {:>13} {:>13} {:>9} {:>9} {:>7} {:>6}",
+        "mode",
+        "bytes",
+        "Gbit/s",
+        "data dg/sys",
+        "ack dg/sys",
+        "cpu cli",
+        "cpu srv",
+        "drops",
+        "lost"
+    );
+    println!(
+        "{:<8} {:>10} {:>8} {:>13} {:>13} {:>9} {:>9} {:>7} {:>6}",
+        "", "", "", "srv tx/cli rx", "cli tx/srv rx", "s", "s", "", ""
+    );
+    for r in rows {
+        println!(
+            "{:<8} {:>10} {:>8.2} {:>6.1}/{:<6.1} {:>6.1}/{:<6.1} {:>9.2} {:>9.2} {:>7} {:>6}",
+            r.mode,
+            r.bytes,
+            r.gbps,
+            r.server_tx_per_syscall,
+            r.client_rx_per_syscall,
+            r.client_tx_per_syscall,
+            r.server_rx_per_syscall,
+            r.client_cpu_s,
+            r.server_cpu_s,
+            r.kernel_drops,
+            r.lost_packets
+        );
+    }
+    let find = |m: &str| rows.iter().find(|r| r.mode == m);
+    if let (Some(b), Some(s)) = (find("batched"), find("single"))
+        && s.gbps > 0.0
+    {
+        let cpu_per_gb = |r: &Row| {
+            #[expect(clippy::cast_precision_loss, reason = "ratio")]
+            let gb = r.bytes as f64 / 1e9;
+            (r.client_cpu_s + r.server_cpu_s) / gb.max(1e-9)
+        };
+        println!(
+            "batched/single: throughput x{:.2}, CPU seconds per GB x{:.2} ({:.2} vs {:.2})",
+            b.gbps / s.gbps,
+            cpu_per_gb(b) / cpu_per_gb(s).max(1e-9),
+            cpu_per_gb(b),
+            cpu_per_gb(s)
+        );
+    }
+}

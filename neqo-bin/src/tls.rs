@@ -1,0 +1,318 @@
+//! TLS and transport configuration shared by client and server.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use quinn_proto::{
+    IdleTimeout, TransportConfig, VarInt,
+    congestion::{BbrConfig, CubicConfig, NewRenoConfig},
+    crypto::rustls::{QuicClientConfig, QuicServerConfig},
+};
+use rustls::{
+    DigitallySignedStruct, SignatureScheme,
+    client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    pki_types::{
+        CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime,
+        pem::PemObject as _,
+    },
+};
+
+/// HTTP/0.9 over QUIC.
+pub const ALPN_HQ: &str = "hq-interop";
+/// draft-banks-quic-performance.
+pub const ALPN_PERF: &str = "perf";
+
+/// Congestion controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+pub enum CongestionControl {
+    /// RFC 9002 NewReno.
+    Newreno,
+    /// CUBIC (RFC 9438).
+    #[default]
+    Cubic,
+    /// quinn-proto's experimental BBR.
+    Bbr,
+}
+
+/// Transport settings both sides use.
+#[derive(Debug, Clone)]
+pub struct TransportOptions {
+    pub idle_timeout: Duration,
+    pub cc: CongestionControl,
+    /// Directory for one qlog file per connection.
+    pub qlog_dir: Option<PathBuf>,
+}
+
+impl Default for TransportOptions {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Duration::from_secs(10),
+            cc: CongestionControl::default(),
+            qlog_dir: None,
+        }
+    }
+}
+
+impl TransportOptions {
+    /// A transport config; with a qlog stream named after `label` when `--qlog-dir` is set.
+    ///
+    /// # Errors
+    /// An idle timeout out of range, or a qlog file that cannot be created.
+    pub fn transport(&self, label: &str) -> anyhow::Result<TransportConfig> {
+        let mut t = TransportConfig::default();
+        t.max_idle_timeout(Some(
+            IdleTimeout::try_from(self.idle_timeout).context("idle timeout out of range")?,
+        ));
+        // Loopback with two busy cores sees millisecond RTTs under load: large windows.
+        t.stream_receive_window(VarInt::from_u32(16 << 20));
+        t.receive_window(VarInt::from_u32(64 << 20));
+        t.send_window(32 << 20);
+        t.max_concurrent_bidi_streams(VarInt::from_u32(100));
+        t.max_concurrent_uni_streams(VarInt::from_u32(0));
+        match self.cc {
+            CongestionControl::Newreno => {
+                t.congestion_controller_factory(Arc::new(NewRenoConfig::default()));
+            }
+            CongestionControl::Cubic => {
+                t.congestion_controller_factory(Arc::new(CubicConfig::default()));
+            }
+            CongestionControl::Bbr => {
+                t.congestion_controller_factory(Arc::new(BbrConfig::default()));
+            }
+        }
+        if let Some(dir) = &self.qlog_dir {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating qlog dir {}", dir.display()))?;
+            let path = dir.join(format!("{label}.sqlog"));
+            let file = std::fs::File::create(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            let mut q = quinn_proto::QlogConfig::default();
+            q.writer(Box::new(std::io::BufWriter::new(file)))
+                .title(Some(label.to_owned()));
+            t.qlog_stream(q.into_stream());
+        }
+        Ok(t)
+    }
+}
+
+/// A qlog file name unique in this process: `SIDE-PID-N`.
+#[must_use]
+pub fn qlog_label(side: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{side}-{}-{n}", std::process::id())
+}
+
+/// A certificate chain and its key.
+#[derive(Debug)]
+pub struct Identity {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Self {
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl Identity {
+    /// A self-signed certificate for localhost, 127.0.0.1 and ::1.
+    ///
+    /// # Errors
+    /// When rcgen fails.
+    pub fn self_signed() -> anyhow::Result<Self> {
+        let ck = rcgen::generate_simple_self_signed(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "::1".to_owned(),
+        ])
+        .context("generating a self-signed certificate")?;
+        Ok(Self {
+            chain: vec![ck.cert.der().clone()],
+            key: PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()).into(),
+        })
+    }
+
+    /// Reads a PEM certificate chain and a PEM private key.
+    ///
+    /// # Errors
+    /// Unreadable or empty files, with the path in the message.
+    pub fn from_pem_files(cert: &Path, key: &Path) -> anyhow::Result<Self> {
+        let chain = read_certs(cert)?;
+        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot read private key {}: {}",
+                key.display(),
+                pem_error(&e)
+            )
+        })?;
+        Ok(Self { chain, key })
+    }
+}
+
+fn pem_error(e: &rustls::pki_types::pem::Error) -> String {
+    match e {
+        rustls::pki_types::pem::Error::Io(io) => io.to_string(),
+        rustls::pki_types::pem::Error::NoItemsFound => "no PEM item found".to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Reads PEM certificates.
+///
+/// # Errors
+/// Unreadable file or no certificate in it.
+pub fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot read certificate {}: {}",
+                path.display(),
+                pem_error(&e)
+            )
+        })?;
+    if certs.is_empty() {
+        bail!("no certificate in {}", path.display());
+    }
+    Ok(certs)
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// SSLKEYLOGFILE, when set.
+fn key_log() -> Option<Arc<dyn rustls::KeyLog>> {
+    std::env::var_os("SSLKEYLOGFILE")
+        .map(|_| Arc::new(rustls::KeyLogFile::new()) as Arc<dyn rustls::KeyLog>)
+}
+
+/// A QUIC server crypto config offering `alpns`.
+///
+/// # Errors
+/// A key that does not match the certificate or is unsupported.
+pub fn server_crypto(
+    identity: &Identity,
+    alpns: &[String],
+) -> anyhow::Result<Arc<QuicServerConfig>> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(identity.chain.clone(), identity.key.clone_key())
+        .context("certificate and key do not fit together")?;
+    tls.alpn_protocols = alpns.iter().map(|a| a.as_bytes().to_vec()).collect();
+    tls.max_early_data_size = u32::MAX;
+    if let Some(k) = key_log() {
+        tls.key_log = k;
+    }
+    Ok(Arc::new(QuicServerConfig::try_from(tls)?))
+}
+
+/// Whom the client trusts.
+#[derive(Debug, Clone, Default)]
+pub enum Trust {
+    /// Nobody: every certificate is untrusted (there is no system store here).
+    #[default]
+    Nobody,
+    /// Anything: no verification (`--insecure`).
+    Insecure,
+    /// These CA (or self-signed) certificates.
+    Certs(Vec<CertificateDer<'static>>),
+}
+
+/// A QUIC client crypto config asking for `alpn`.
+///
+/// # Errors
+/// A CA certificate rustls rejects.
+pub fn client_crypto(trust: &Trust, alpn: &str) -> anyhow::Result<Arc<QuicClientConfig>> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?;
+    let mut tls = match trust {
+        Trust::Insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
+            .with_no_client_auth(),
+        Trust::Nobody | Trust::Certs(_) => {
+            let mut roots = rustls::RootCertStore::empty();
+            if let Trust::Certs(certs) = trust {
+                for c in certs {
+                    roots.add(c.clone()).context("adding a CA certificate")?;
+                }
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+    };
+    tls.alpn_protocols = vec![alpn.as_bytes().to_vec()];
+    tls.enable_early_data = true;
+    if let Some(k) = key_log() {
+        tls.key_log = k;
+    }
+    Ok(Arc::new(QuicClientConfig::try_from(tls)?))
+}
+
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The ALPN a connection negotiated.
+#[must_use]
+pub fn negotiated_alpn(conn: &quinn_proto::Connection) -> Option<String> {
+    let data = conn.crypto_session().handshake_data()?;
+    let hd = data
+        .downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+        .ok()?;
+    hd.protocol.and_then(|p| String::from_utf8(p).ok())
+}
