@@ -1,4 +1,5 @@
 //! Measurement code shared by the criterion benchmarks and the table-printing binaries.
 
 pub mod cpu;
+pub mod transfer;
 pub mod udp;

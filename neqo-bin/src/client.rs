@@ -1,7 +1,7 @@
 //! The `hq-interop` and `perf` client.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     io::{IsTerminal as _, Write as _},
     net::{SocketAddr, ToSocketAddrs as _},
     path::PathBuf,
@@ -20,6 +20,7 @@ use url::Url;
 use crate::{
     body::{PumpError, Source},
     driver::{Application, Driver},
+    idmap::IdMap,
     pattern,
     tls::{self, ALPN_HQ, ALPN_PERF, TransportOptions, Trust},
 };
@@ -270,7 +271,7 @@ pub async fn run_async(config: ClientConfig) -> anyhow::Result<ClientReport> {
         started: 0,
         current: None,
         queue: VecDeque::new(),
-        streams: HashMap::new(),
+        streams: IdMap::default(),
         report: ClientReport::default(),
         first_connect: None,
         last_fin: None,
@@ -329,7 +330,7 @@ struct ClientApp {
     started: usize,
     current: Option<ConnectionHandle>,
     queue: VecDeque<usize>,
-    streams: HashMap<StreamId, Request>,
+    streams: IdMap<StreamId, Request>,
     report: ClientReport,
     first_connect: Option<Instant>,
     last_fin: Option<Instant>,
@@ -349,6 +350,13 @@ impl ClientApp {
             && let Some(&r) = self.queue.front()
         {
             let Some(id) = conn.streams().open(Dir::Bi) else {
+                if self.streams.is_empty() {
+                    // Out of stream credit with every request answered: the server frees its
+                    // streams (and grants new ones) when our ACK of the responses arrives,
+                    // which quinn-proto may hold back for max_ack_delay (25 ms) per window of
+                    // requests. A PING sends that ACK now.
+                    conn.ping();
+                }
                 break;
             };
             self.queue.pop_front();

@@ -26,7 +26,7 @@ use quinn_proto::{
 };
 
 use crate::{
-    pacer::Pacer,
+    pacer::{PRECISE_WITHIN, Pacer},
     timers::{TimerSlot, Timers},
 };
 
@@ -152,6 +152,10 @@ pub struct Driver {
     rx: Vec<(usize, Datagram)>,
     due: Vec<(usize, u64)>,
     pacing: bool,
+    /// Sub-millisecond wake-ups for the pacer's near release times (see `pacer`).
+    precise: Option<crate::pacer::PreciseTimer>,
+    /// Release times the pacer gave that have not passed, earliest first (some stale).
+    pace_next: std::collections::BinaryHeap<std::cmp::Reverse<Instant>>,
     counters: DriverCounters,
 }
 
@@ -199,6 +203,10 @@ impl Driver {
             rx: Vec::new(),
             due: Vec::new(),
             pacing,
+            precise: pacing
+                .then(crate::pacer::PreciseTimer::new)
+                .and_then(Result::ok),
+            pace_next: std::collections::BinaryHeap::new(),
             counters: DriverCounters::default(),
         }
     }
@@ -374,6 +382,11 @@ impl Driver {
     ) -> io::Result<Wake> {
         let mut sleep = pin!(deadline.map(|d| tokio::time::sleep_until(d.into())));
         let sockets = &self.sockets;
+        let mut precise = self
+            .precise
+            .as_mut()
+            .zip(self.pace_next.peek().map(|r| r.0))
+            .filter(|(_, p)| p.saturating_duration_since(Instant::now()) < PRECISE_WITHIN);
         poll_fn(|cx| {
             if shutdown.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Ok(Wake::Shutdown));
@@ -398,6 +411,11 @@ impl Driver {
             }
             if let Some(s) = sleep.as_mut().as_pin_mut()
                 && s.poll(cx).is_ready()
+            {
+                return Poll::Ready(Ok(Wake::Timer));
+            }
+            if let Some((t, d)) = precise.as_mut()
+                && t.poll_until(cx, *d).is_ready()
             {
                 return Poll::Ready(Ok(Wake::Timer));
             }
@@ -491,6 +509,9 @@ impl Driver {
     }
 
     fn fire_timers(&mut self, now: Instant) {
+        while self.pace_next.peek().is_some_and(|r| r.0 <= now) {
+            self.pace_next.pop();
+        }
         let mut due = std::mem::take(&mut self.due);
         self.timers.expire(now, |k, g| due.push((k, g)));
         for (k, g) in due.drain(..) {
@@ -623,7 +644,15 @@ impl Driver {
             }
             let mtu = usize::from(c.conn.current_mtu());
             let mut max = slot.socket.max_segments_for(mtu);
-            if self.pacing {
+            if self.pacing && c.conn.is_handshaking() {
+                // The handshake's flights go out unpaced, in bursts of at most
+                // BURST_DATAGRAMS (anti-amplification and the initial window bound them, and
+                // RFC 9002 §7.7 lets a sender burst its initial window). Before the first RTT
+                // sample the bucket's rate is 1.25 x 14 720 B / 333 ms (quinn-proto's initial
+                // window and RTT), so pacing them from an empty bucket delayed each flight by
+                // about 22 ms: two such waits per connection capped HPS at about 18 conn/s.
+                max = max.min(crate::pacer::BURST_DATAGRAMS);
+            } else if self.pacing {
                 match c
                     .pacer
                     .allowance(now, c.conn.congestion_state().window(), c.conn.rtt(), mtu)
@@ -632,6 +661,7 @@ impl Driver {
                     Err(at) => {
                         self.counters.paced_waits += 1;
                         c.pace_at = Some(at);
+                        self.pace_next.push(std::cmp::Reverse(at));
                         c.in_dirty = false;
                         Self::arm(&mut self.timers, idx, c);
                         continue;

@@ -1,11 +1,13 @@
 //! The `hq-interop` and `perf` server.
 
 use std::{
-    collections::HashMap,
     future::Future,
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -17,6 +19,7 @@ use rustls::pki_types::CertificateDer;
 use crate::{
     body::{PumpError, Pumped, Source},
     driver::{Admission, Application, Driver, DriverCounters},
+    idmap::IdMap,
     pattern,
     tls::{self, ALPN_HQ, ALPN_PERF, Identity, TransportOptions},
 };
@@ -87,6 +90,9 @@ pub struct ServerReport {
     pub lost_packets: u64,
     /// Driver counters (connections accepted and refused, transmits, pacing waits).
     pub driver: DriverCounters,
+    /// Connections open (accepted, not yet drained) when the report was made. The server's
+    /// per-connection state lives no longer than the driver's connection, so 0 means none.
+    pub open_connections: u64,
     /// Socket statistics.
     #[serde(skip)]
     pub socket: neqo_udp::Stats,
@@ -164,10 +170,11 @@ impl Server {
                 root,
                 crypto,
                 config,
-                conns: HashMap::new(),
+                conns: IdMap::default(),
                 report: ServerReport::default(),
                 next_stats: now,
                 started: now,
+                open: Arc::default(),
             },
             certificate: identity.chain,
         })
@@ -208,6 +215,7 @@ fn fill_report(report: &mut ServerReport, driver: &Driver, live_lost: u64) {
     report.tx_datagrams_per_syscall = s.tx.datagrams_per_syscall();
     report.kernel_drops = s.kernel_drops;
     report.driver = driver.counters();
+    report.open_connections = driver.open_connections() as u64;
     report.lost_packets = report.driver.lost_packets + live_lost;
 }
 
@@ -218,6 +226,7 @@ pub struct ServerHandle {
     certificate: Vec<CertificateDer<'static>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<anyhow::Result<ServerReport>>>,
+    open: Arc<AtomicUsize>,
 }
 
 impl ServerHandle {
@@ -243,8 +252,11 @@ impl ServerHandle {
                             anyhow::bail!(msg);
                         }
                     };
-                    let _ =
-                        ready_tx.send(Ok((server.local_addrs(), server.certificate().to_vec())));
+                    let _ = ready_tx.send(Ok((
+                        server.local_addrs(),
+                        server.certificate().to_vec(),
+                        Arc::clone(&server.app.open),
+                    )));
                     server
                         .run(async move {
                             let _ = stopped.await;
@@ -253,11 +265,12 @@ impl ServerHandle {
                 })
             })?;
         match ready_rx.recv() {
-            Ok(Ok((addrs, certificate))) => Ok(Self {
+            Ok(Ok((addrs, certificate, open))) => Ok(Self {
                 addrs,
                 certificate,
                 stop: Some(stop),
                 thread: Some(thread),
+                open,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -286,6 +299,13 @@ impl ServerHandle {
     #[must_use]
     pub fn certificate(&self) -> &[CertificateDer<'static>] {
         &self.certificate
+    }
+
+    /// Connections open now (accepted, not yet drained; per-connection state included), as
+    /// of the server's last turn.
+    #[must_use]
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
     }
 
     /// Stops the server and returns its report.
@@ -331,17 +351,19 @@ struct StreamState {
 #[derive(Debug, Default)]
 struct ConnState {
     proto: Option<Proto>,
-    streams: HashMap<StreamId, StreamState>,
+    streams: IdMap<StreamId, StreamState>,
 }
 
 struct ServerApp {
     root: Option<PathBuf>,
     crypto: Arc<quinn_proto::crypto::rustls::QuicServerConfig>,
     config: ServerConfig,
-    conns: HashMap<ConnectionHandle, ConnState>,
+    conns: IdMap<ConnectionHandle, ConnState>,
     report: ServerReport,
     next_stats: Instant,
     started: Instant,
+    /// [`Driver::open_connections`] after every turn, for [`ServerHandle::open_connections`].
+    open: Arc<AtomicUsize>,
 }
 
 impl Application for ServerApp {
@@ -429,6 +451,8 @@ impl Application for ServerApp {
     }
 
     fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
+        self.open
+            .store(driver.open_connections(), Ordering::Relaxed);
         let interval = self.config.stats_interval?;
         if now >= self.next_stats {
             if self.started != now {

@@ -6,6 +6,10 @@
 //! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin, and
 //! `msquic-peer` from test-fixtures with its `msquic` feature) and says which pairs it skipped
 //! and why.
+//!
+//! Datagrams per syscall are shown in the data direction: the server's TX (from
+//! `neqo-server --json`, written when it stops; msquic's server reports none, so "-") and the
+//! client's RX (from the client's `--json`). Peak RSS is each process's `ru_maxrss`.
 
 use std::{
     fmt::Write as _,
@@ -202,11 +206,12 @@ fn prepare(build: bool) -> Peers {
     }
 }
 
-fn server_command(peers: &Peers, pair: &Pair) -> Command {
+fn server_command(peers: &Peers, pair: &Pair, json: &Path) -> Command {
     match pair.server {
         Impl::Neqo => {
             let mut c = Command::new(peers.dir.join("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--io", pair.io]);
+            c.arg("--json").arg(json);
             if !pair.pacing {
                 c.arg("--no-pacing");
             }
@@ -260,23 +265,74 @@ fn client_command(peers: &Peers, pair: &Pair, url: &str, json: &Path) -> Command
 struct Row {
     times_ms: Vec<f64>,
     gbps: Vec<f64>,
-    tx_per_syscall: Vec<f64>,
+    /// The server's TX datagrams per syscall: the data direction.
+    server_tx_per_syscall: Vec<f64>,
+    /// The client's RX datagrams per syscall.
+    client_rx_per_syscall: Vec<f64>,
     client_rss_mb: f64,
     server_rss_mb: f64,
     failure: Option<String>,
 }
 
-fn one_run(peers: &Peers, pair: &Pair, bytes: u64, row: &mut Row) -> Result<(), String> {
-    let server = Server::start(&mut server_command(peers, pair), Duration::from_secs(20))
-        .map_err(|e| format!("server: {e}"))?;
+/// A JSON report, removed once read (or when dropped unread), so that no run can see an
+/// earlier run's file.
+struct JsonFile(PathBuf);
+
+impl JsonFile {
+    fn new(pair: usize, run: usize, side: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "compare-{}-{pair}-{run}-{side}.json",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        Self(path)
+    }
+
+    /// The report, or `Null` when there is none or it does not parse.
+    fn take(&self) -> serde_json::Value {
+        let value = std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let _ = std::fs::remove_file(&self.0);
+        value
+    }
+}
+
+impl Drop for JsonFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A positive number at `key` (msquic reports `null` where it has no figure).
+fn positive(report: &serde_json::Value, key: &str) -> Option<f64> {
+    report
+        .get(key)
+        .and_then(serde_json::Value::as_f64)
+        .filter(|v| v.is_finite() && *v > 0.0)
+}
+
+fn one_run(
+    peers: &Peers,
+    (index, pair): (usize, &Pair),
+    bytes: u64,
+    row: &mut Row,
+) -> Result<(), String> {
+    let run = row.times_ms.len();
+    let server_json = JsonFile::new(index, run, "server");
+    let client_json = JsonFile::new(index, run, "client");
+    let server = Server::start(
+        &mut server_command(peers, pair, &server_json.0),
+        Duration::from_secs(20),
+    )
+    .map_err(|e| format!("server: {e}"))?;
     let url = format!("https://127.0.0.1:{}/{bytes}", server.addr.port());
-    let json = std::env::temp_dir().join(format!(
-        "compare-{}-{}.json",
-        std::process::id(),
-        row.times_ms.len()
-    ));
     let limit = Duration::from_secs(60 + bytes / 12_500_000);
-    let client = process::run(&mut client_command(peers, pair, &url, &json), limit);
+    let client = process::run(
+        &mut client_command(peers, pair, &url, &client_json.0),
+        limit,
+    );
     let server = server.stop();
     let (client, stderr) = client.map_err(|e| format!("client: {e}"))?;
     let server: Measured = server.map_err(|e| format!("server: {e}"))?;
@@ -284,20 +340,20 @@ fn one_run(peers: &Peers, pair: &Pair, bytes: u64, row: &mut Row) -> Result<(), 
         let why = stderr.lines().last().unwrap_or("no message").to_string();
         return Err(format!("client exited with {:?}: {why}", client.code));
     }
-    let report: serde_json::Value = std::fs::read_to_string(&json)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
-    let _ = std::fs::remove_file(&json);
+    let report = client_json.take();
+    let server_report = server_json.take();
     row.times_ms.push(client.wall.as_secs_f64() * 1000.0);
-    if let Some(g) = report.get("gbps").and_then(serde_json::Value::as_f64) {
+    if let Some(g) = positive(&report, "gbps") {
         row.gbps.push(g);
     }
-    if let Some(t) = report
-        .get("tx_datagrams_per_syscall")
-        .and_then(serde_json::Value::as_f64)
-    {
-        row.tx_per_syscall.push(t);
+    if let Some(t) = positive(&report, "rx_datagrams_per_syscall") {
+        row.client_rx_per_syscall.push(t);
+    }
+    if pair.server == Impl::Neqo {
+        match positive(&server_report, "tx_datagrams_per_syscall") {
+            Some(t) => row.server_tx_per_syscall.push(t),
+            None => eprintln!("compare: no datagrams per syscall in neqo-server's JSON report"),
+        }
     }
     row.client_rss_mb = row.client_rss_mb.max(client.max_rss_kib as f64 / 1024.0);
     row.server_rss_mb = row.server_rss_mb.max(server.max_rss_kib as f64 / 1024.0);
@@ -333,16 +389,16 @@ fn main() -> ExitCode {
     );
     let _ = writeln!(
         out,
-        "| Client | Server | I/O | Pacing | Mean ± σ [ms] | Min [ms] | Max [ms] | Relative | Gbit/s | TX dgram/syscall | Client RSS [MB] | Server RSS [MB] |"
+        "| Client | Server | I/O | Pacing | Mean ± σ [ms] | Min [ms] | Max [ms] | Relative | Gbit/s | Server TX dgram/syscall | Client RX dgram/syscall | Client RSS [MB] | Server RSS [MB] |"
     );
     let _ = writeln!(
         out,
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut skipped = Vec::new();
     let mut failed = 0;
     let mut first_mean = None;
-    for pair in PAIRS {
+    for (index, pair) in PAIRS.iter().enumerate() {
         let needs_msquic = pair.client == Impl::Msquic || pair.server == Impl::Msquic;
         let needs_neqo = pair.client == Impl::Neqo || pair.server == Impl::Neqo;
         let reason = match (
@@ -369,14 +425,16 @@ fn main() -> ExitCode {
         let mut row = Row::default();
         for run in 0..args.runs {
             eprintln!("{} run {}/{}", pair.label(), run + 1, args.runs);
-            if let Err(e) = one_run(&peers, pair, args.bytes, &mut row) {
+            if let Err(e) = one_run(&peers, (index, pair), args.bytes, &mut row) {
                 row.failure = Some(e);
                 break;
             }
         }
         if let Some(f) = &row.failure {
             failed += 1;
-            let _ = writeln!(out, "{} FAILED: {f} | | | | | | | |", pair.label());
+            // One line, and no `|` that would split the cell.
+            let f = f.replace('|', "/").replace(['\n', '\r'], " ");
+            let _ = writeln!(out, "{} FAILED: {f} | | | | | | | | |", pair.label());
             continue;
         }
         let (mean, sd) = mean_sd(&row.times_ms);
@@ -392,10 +450,11 @@ fn main() -> ExitCode {
         };
         let _ = writeln!(
             out,
-            "{} {mean:.1} ± {sd:.1} | {min:.1} | {max:.1} | {relative:.2} | {} | {} | {:.1} | {:.1} |",
+            "{} {mean:.1} ± {sd:.1} | {min:.1} | {max:.1} | {relative:.2} | {} | {} | {} | {:.1} | {:.1} |",
             pair.label(),
             opt(&row.gbps, 2),
-            opt(&row.tx_per_syscall, 1),
+            opt(&row.server_tx_per_syscall, 1),
+            opt(&row.client_rx_per_syscall, 1),
             row.client_rss_mb,
             row.server_rss_mb
         );

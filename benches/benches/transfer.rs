@@ -1,0 +1,73 @@
+//! Criterion group `transfer`: QUIC transfers through the `neqo-bin` driver on 127.0.0.1, the
+//! server and the client in this process on their own threads and current-thread runtimes.
+//!
+//! - `1-conn/1-100mb-resp (aka. Download)`: one connection, one 100 MiB response.
+//! - `1-conn/10_000-parallel-1b-resp (aka. RPS)`: one connection, 10 000 parallel requests of
+//!   a 1-byte response (100 streams at a time, the server's stream limit).
+//! - `100-seq-conn/1-1b-resp (aka. HPS)`: 100 sequential connections, one 1-byte request each.
+//! - `1-conn/1-100mb-req (aka. Upload)`: one connection, 100 MiB uploaded with `perf`.
+//!
+//! Each runs in I/O mode `batched` and `single`, pacing on; Download and Upload also with
+//! pacing off (`batched-unpaced`, `single-unpaced`). One server per benchmark function. After
+//! each, a line gives the mean datagrams per syscall of both sides in both directions, the
+//! kernel drops, lost packets, and the process CPU time per MiB, request or connection.
+
+use std::time::Duration;
+
+use benches::transfer::{Fixture, Scenario, Unit, label};
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
+use neqo_udp::IoMode;
+
+fn transfer(c: &mut Criterion) {
+    // As in the binaries: warnings to stderr, and quinn-proto's spans filtered out at their
+    // call sites (without a subscriber each one still goes through `tracing`'s log fallback).
+    neqo_bin::cli::init_logging();
+    let mut group = c.benchmark_group("transfer");
+    // One run takes 0.02 s to 1 s: flat sampling takes `sample_size` samples of equally many
+    // runs. About 2.5 minutes in all on 2 cores.
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(20);
+    group.warm_up_time(Duration::from_secs(1));
+    for scenario in Scenario::ALL {
+        let workload = scenario.full();
+        group.throughput(match scenario.unit(workload) {
+            Unit::Bytes(b) => Throughput::Bytes(b),
+            Unit::Elements(n) => Throughput::Elements(n),
+        });
+        group.measurement_time(Duration::from_secs(match scenario {
+            Scenario::Download | Scenario::Upload => 10,
+            Scenario::Rps | Scenario::Hps => 5,
+        }));
+        let mut variants = vec![(IoMode::Batched, true), (IoMode::Single, true)];
+        if scenario.has_unpaced_variant() {
+            variants.extend([(IoMode::Batched, false), (IoMode::Single, false)]);
+        }
+        for (mode, pacing) in variants {
+            let mut fixture = Fixture::start(scenario, workload, mode, pacing)
+                .unwrap_or_else(|e| panic!("starting the server: {e:#}"));
+            group.bench_function(
+                BenchmarkId::new(scenario.name(), label(mode, pacing)),
+                |b| {
+                    b.iter_custom(|iters| {
+                        (0..iters)
+                            .map(|_| fixture.run().unwrap_or_else(|e| panic!("{e}")))
+                            .sum()
+                    });
+                },
+            );
+            let summary = fixture
+                .finish()
+                .unwrap_or_else(|e| panic!("the server failed: {e:#}"));
+            // Nothing ran when a command-line filter skipped this benchmark.
+            if summary.runs > 0 {
+                println!("{}", summary.line());
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, transfer);
+criterion_main!(benches);

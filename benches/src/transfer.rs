@@ -1,0 +1,420 @@
+//! The `transfer` workloads of the criterion benchmarks: an in-process `neqo-server` (its own
+//! thread and current-thread runtime, one per benchmark function) and `neqo_bin::client::run`
+//! (a new current-thread runtime per run) on 127.0.0.1, with what each run did accumulated so
+//! that a benchmark can say afterwards whether batching happened.
+
+use std::{
+    fmt::Write as _,
+    time::{Duration, Instant},
+};
+
+use neqo_bin::{
+    client::{self, ClientConfig, ClientReport},
+    server::{ServerConfig, ServerHandle, ServerReport},
+    tls::{ALPN_HQ, ALPN_PERF, Trust},
+};
+use neqo_udp::{IoMode, Stats};
+
+use crate::cpu;
+
+/// 100 MiB, the size of the Download response and of the Upload.
+pub const MIB_100: u64 = 100 << 20;
+
+/// A workload of the `transfer` group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// One connection, one 100 MiB response (`hq-interop`, `GET /104857600`).
+    Download,
+    /// One connection, 10 000 parallel requests of a 1-byte response.
+    Rps,
+    /// 100 sequential connections, one 1-byte request each.
+    Hps,
+    /// One connection, 100 MiB uploaded with `perf`.
+    Upload,
+}
+
+/// How much one run of a [`Scenario`] moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workload {
+    /// Body bytes (Download, Upload) per run.
+    pub bytes: u64,
+    /// Requests per connection.
+    pub requests: usize,
+    /// Sequential connections.
+    pub connections: usize,
+}
+
+/// What criterion should count for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Bytes (criterion prints MiB/s).
+    Bytes(u64),
+    /// Requests or connections (criterion prints elem/s).
+    Elements(u64),
+}
+
+impl Scenario {
+    /// In the order the benchmarks run.
+    pub const ALL: [Self; 4] = [Self::Download, Self::Rps, Self::Hps, Self::Upload];
+
+    /// The benchmark name (issue 6's exact names).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Download => "1-conn/1-100mb-resp (aka. Download)",
+            Self::Rps => "1-conn/10_000-parallel-1b-resp (aka. RPS)",
+            Self::Hps => "100-seq-conn/1-1b-resp (aka. HPS)",
+            Self::Upload => "1-conn/1-100mb-req (aka. Upload)",
+        }
+    }
+
+    /// Whether the benchmark also runs with the driver's pacing off.
+    #[must_use]
+    pub const fn has_unpaced_variant(self) -> bool {
+        matches!(self, Self::Download | Self::Upload)
+    }
+
+    /// The workload the benchmark names.
+    #[must_use]
+    pub const fn full(self) -> Workload {
+        match self {
+            Self::Download | Self::Upload => Workload {
+                bytes: MIB_100,
+                requests: 1,
+                connections: 1,
+            },
+            Self::Rps => Workload {
+                bytes: 1,
+                requests: 10_000,
+                connections: 1,
+            },
+            Self::Hps => Workload {
+                bytes: 1,
+                requests: 1,
+                connections: 100,
+            },
+        }
+    }
+
+    /// A small workload of the same shape, for tests.
+    #[must_use]
+    pub const fn small(self) -> Workload {
+        match self {
+            Self::Download | Self::Upload => Workload {
+                bytes: 1 << 20,
+                requests: 1,
+                connections: 1,
+            },
+            Self::Rps => Workload {
+                bytes: 1,
+                requests: 200,
+                connections: 1,
+            },
+            Self::Hps => Workload {
+                bytes: 1,
+                requests: 1,
+                connections: 3,
+            },
+        }
+    }
+
+    /// What one run of `w` counts for criterion's throughput.
+    #[must_use]
+    pub const fn unit(self, w: Workload) -> Unit {
+        match self {
+            Self::Download | Self::Upload => Unit::Bytes(w.bytes),
+            Self::Rps => Unit::Elements(w.requests as u64),
+            Self::Hps => Unit::Elements(w.connections as u64),
+        }
+    }
+
+    /// The client config of one run against `server`.
+    #[must_use]
+    pub fn client_config(
+        self,
+        server: &ServerHandle,
+        w: Workload,
+        mode: IoMode,
+        pacing: bool,
+    ) -> ClientConfig {
+        let path = match self {
+            Self::Upload => "/".to_owned(),
+            _ => format!("/{}", w.bytes),
+        };
+        let url = url::Url::parse(&format!("https://{}{path}", server.addr()))
+            .unwrap_or_else(|e| unreachable!("a socket address makes a URL: {e}"));
+        let mut c = ClientConfig::new(url, Trust::Certs(server.certificate().to_vec()));
+        c.requests = w.requests;
+        c.connections = w.connections;
+        c.parallel = w.requests > 1;
+        c.socket = neqo_udp::Config::with_mode(mode);
+        c.pacing = pacing;
+        if self == Self::Upload {
+            c.alpn = ALPN_PERF.to_owned();
+            c.upload = w.bytes;
+            c.download = 0;
+        } else {
+            c.alpn = ALPN_HQ.to_owned();
+        }
+        c
+    }
+
+    /// Whether a run of `w` did all it should have.
+    ///
+    /// # Errors
+    /// What is missing.
+    pub fn check(self, w: Workload, r: &ClientReport) -> Result<(), String> {
+        let requests = (w.requests * w.connections) as u64;
+        let (expect_rx, expect_tx_at_least) = match self {
+            Self::Upload => (0, w.bytes),
+            _ => (w.bytes * requests, 0),
+        };
+        if r.requests != requests
+            || r.connections != w.connections as u64
+            || r.bytes_received != expect_rx
+            || r.bytes_sent < expect_tx_at_least
+        {
+            return Err(format!(
+                "{}: expected {requests} requests on {} connections, {expect_rx} bytes received and at least {expect_tx_at_least} sent; got {}",
+                self.name(),
+                w.connections,
+                r.summary()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A server for one benchmark function and the counters of the client runs against it.
+#[derive(Debug)]
+pub struct Fixture {
+    scenario: Scenario,
+    workload: Workload,
+    mode: IoMode,
+    pacing: bool,
+    server: ServerHandle,
+    client: Stats,
+    client_lost: u64,
+    runs: u64,
+    cpu: Duration,
+    wall: Duration,
+}
+
+/// What a [`Fixture`]'s runs did, both sides.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub scenario: Scenario,
+    pub workload: Workload,
+    pub mode: IoMode,
+    pub pacing: bool,
+    /// Client runs.
+    pub runs: u64,
+    /// The client's socket counters, all runs added up.
+    pub client: Stats,
+    /// The server's report (its socket counters cover every run).
+    pub server: ServerReport,
+    /// Packets declared lost by either side.
+    pub lost_packets: u64,
+    /// Process CPU time (client, server and the bench thread) during the runs.
+    pub cpu: Duration,
+    /// Wall time of the runs.
+    pub wall: Duration,
+}
+
+impl Fixture {
+    /// Starts the server for `scenario` in I/O mode `mode` with pacing `pacing`.
+    ///
+    /// # Errors
+    /// When the server cannot start.
+    pub fn start(
+        scenario: Scenario,
+        workload: Workload,
+        mode: IoMode,
+        pacing: bool,
+    ) -> anyhow::Result<Self> {
+        let server = ServerHandle::start(ServerConfig {
+            listen: vec!["127.0.0.1:0".parse()?],
+            socket: neqo_udp::Config::with_mode(mode),
+            pacing,
+            ..ServerConfig::default()
+        })?;
+        Ok(Self {
+            scenario,
+            workload,
+            mode,
+            pacing,
+            server,
+            client: Stats::default(),
+            client_lost: 0,
+            runs: 0,
+            cpu: Duration::ZERO,
+            wall: Duration::ZERO,
+        })
+    }
+
+    /// The benchmark's parameter: the I/O mode, with `-unpaced` when pacing is off.
+    #[must_use]
+    pub fn label(&self) -> String {
+        label(self.mode, self.pacing)
+    }
+
+    /// One client run, checked; returns its wall time.
+    ///
+    /// # Errors
+    /// A failed or incomplete run.
+    pub fn run(&mut self) -> Result<Duration, String> {
+        let config =
+            self.scenario
+                .client_config(&self.server, self.workload, self.mode, self.pacing);
+        let cpu0 = cpu::process_time();
+        let t0 = Instant::now();
+        let report = client::run(config).map_err(|e| format!("{}: {e:#}", self.scenario.name()))?;
+        let wall = t0.elapsed();
+        self.cpu += cpu::process_time().saturating_sub(cpu0);
+        self.wall += wall;
+        self.runs += 1;
+        self.client.accumulate(&report.socket);
+        self.client_lost += report.lost_packets;
+        self.scenario.check(self.workload, &report)?;
+        Ok(wall)
+    }
+
+    /// Stops the server and sums up.
+    ///
+    /// # Errors
+    /// When the server failed.
+    pub fn finish(self) -> anyhow::Result<Summary> {
+        let server = self.server.stop()?;
+        Ok(Summary {
+            scenario: self.scenario,
+            workload: self.workload,
+            mode: self.mode,
+            pacing: self.pacing,
+            runs: self.runs,
+            client: self.client,
+            lost_packets: self.client_lost + server.lost_packets,
+            server,
+            cpu: self.cpu,
+            wall: self.wall,
+        })
+    }
+}
+
+/// The benchmark parameter for an I/O mode and pacing: `batched`, `single-unpaced`, ...
+#[must_use]
+pub fn label(mode: IoMode, pacing: bool) -> String {
+    if pacing {
+        mode.to_string()
+    } else {
+        format!("{mode}-unpaced")
+    }
+}
+
+impl Summary {
+    /// CPU time per unit of work, both sides together: per MiB for transfers, per request
+    /// (RPS) or per connection (HPS).
+    #[must_use]
+    pub fn cpu_per_unit(&self) -> String {
+        #[expect(clippy::cast_precision_loss, reason = "a ratio for humans")]
+        let per = |units: u64| self.cpu.as_secs_f64() / (units as f64 * self.runs.max(1) as f64);
+        match self.scenario.unit(self.workload) {
+            Unit::Bytes(b) => format!("{:.2} ms CPU per MiB", per(b) * 1e3 * f64::from(1u32 << 20)),
+            Unit::Elements(n) if self.scenario == Scenario::Hps => {
+                format!("{:.0} µs CPU per connection", per(n) * 1e6)
+            }
+            Unit::Elements(n) => format!("{:.2} µs CPU per request", per(n) * 1e6),
+        }
+    }
+
+    /// The line a benchmark prints after its measurement.
+    #[must_use]
+    pub fn line(&self) -> String {
+        let s = &self.server.socket;
+        let c = &self.client;
+        let mut out = format!(
+            "transfer/{}/{}: {} runs; datagrams/syscall: server tx {:.1} rx {:.1}, client tx {:.1} rx {:.1}; kernel drops: server {} client {}; lost packets {}; {}",
+            self.scenario.name(),
+            label(self.mode, self.pacing),
+            self.runs,
+            s.tx.datagrams_per_syscall(),
+            s.rx.datagrams_per_syscall(),
+            c.tx.datagrams_per_syscall(),
+            c.rx.datagrams_per_syscall(),
+            s.kernel_drops,
+            c.kernel_drops,
+            self.lost_packets,
+            self.cpu_per_unit(),
+        );
+        let icmp = s.errors.icmp + c.errors.icmp;
+        let other = s.errors.serious() + c.errors.serious() - icmp;
+        if icmp > 0 {
+            // The server's last datagrams to a client that has closed its socket.
+            let _ = write!(out, "; ICMP errors {icmp}");
+        }
+        if other > 0 {
+            let _ = write!(out, "; other socket errors {other}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scenario_runs_small_in_both_modes() {
+        for scenario in Scenario::ALL {
+            for mode in [IoMode::Batched, IoMode::Single] {
+                let pacing = !(scenario.has_unpaced_variant() && mode == IoMode::Single);
+                let w = scenario.small();
+                let mut f = Fixture::start(scenario, w, mode, pacing).unwrap();
+                assert_eq!(f.label(), label(mode, pacing));
+                f.run().unwrap();
+                f.run().unwrap();
+                let s = f.finish().unwrap();
+                assert_eq!(s.runs, 2);
+                assert!(s.client.tx.syscalls > 0 && s.server.socket.tx.syscalls > 0);
+                let line = s.line();
+                assert!(line.contains(scenario.name()), "{line}");
+                assert!(line.contains("datagrams/syscall"), "{line}");
+                if scenario == Scenario::Hps {
+                    assert_eq!(s.server.driver.accepted, 2 * w.connections as u64);
+                }
+                if scenario == Scenario::Upload {
+                    assert!(s.server.bytes_received >= 2 * w.bytes);
+                } else {
+                    assert_eq!(
+                        s.server.bytes_sent,
+                        2 * w.bytes * (w.requests * w.connections) as u64
+                    );
+                }
+                if mode == IoMode::Single {
+                    assert!((s.client.rx.datagrams_per_syscall() - 1.0).abs() < 1e-9);
+                    assert!((s.server.socket.tx.datagrams_per_syscall() - 1.0).abs() < 1e-9);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn names_and_units() {
+        assert_eq!(
+            Scenario::Download.name(),
+            "1-conn/1-100mb-resp (aka. Download)"
+        );
+        assert_eq!(
+            Scenario::Rps.unit(Scenario::Rps.full()),
+            Unit::Elements(10_000)
+        );
+        assert_eq!(
+            Scenario::Hps.unit(Scenario::Hps.full()),
+            Unit::Elements(100)
+        );
+        assert_eq!(
+            Scenario::Upload.unit(Scenario::Upload.full()),
+            Unit::Bytes(MIB_100)
+        );
+        assert_eq!(label(IoMode::Batched, false), "batched-unpaced");
+    }
+}
