@@ -93,6 +93,8 @@ pub struct RecvBatch {
     pub(crate) filled: usize,
     /// The next slot [`RecvBatch::datagrams`] cuts from.
     next: usize,
+    /// Leading slots readied by an earlier `prepare` (untouched unless filled since).
+    ready: usize,
     slot_size: usize,
     /// A slot holding one datagram of at most this many bytes yields a copy of it.
     copy_up_to: usize,
@@ -121,6 +123,7 @@ impl RecvBatch {
             meta: vec![SlotMeta::default(); slots],
             filled: 0,
             next: 0,
+            ready: 0,
             slot_size,
             copy_up_to: 0,
         }
@@ -140,14 +143,29 @@ impl RecvBatch {
 
     /// Readies every slot for the kernel: drops leftovers, makes `slot_size` bytes writable
     /// in each. A slot whose earlier datagrams have all been dropped reuses its allocation.
+    ///
+    /// Only slots that need it are touched: those the last receive filled (cut into
+    /// datagrams since) and those never readied. The others are still empty with their space,
+    /// so a receive that gets one datagram costs one slot's preparation, not a whole batch's.
     pub(crate) fn prepare(&mut self, max_slots: usize) -> (&mut [BytesMut], &mut [SlotMeta]) {
+        let n = max_slots.clamp(1, self.slots.len());
+        // Every slot filled since the last reset, offered this time or not, then every slot
+        // offered for the first time.
+        let dirty = self.filled.min(self.slots.len());
+        let first_fresh = self.ready.max(dirty);
+        let fresh = first_fresh..n.max(first_fresh);
         self.filled = 0;
         self.next = 0;
-        let n = max_slots.clamp(1, self.slots.len());
-        for slot in &mut self.slots[..n] {
+        let slot_size = self.slot_size;
+        for slot in &mut self.slots[..dirty] {
             slot.clear();
-            slot.reserve(self.slot_size);
+            slot.reserve(slot_size);
         }
+        for slot in &mut self.slots[fresh] {
+            slot.clear();
+            slot.reserve(slot_size);
+        }
+        self.ready = self.ready.max(n);
         (&mut self.slots[..n], &mut self.meta[..n])
     }
 
@@ -300,6 +318,49 @@ mod tests {
         let d = batch.datagrams().next().unwrap();
         assert_eq!(d.data.as_ptr(), slot_ptr);
         assert_eq!(d.data.len(), big.len());
+    }
+
+    /// What the kernel relies on: after `prepare`, every offered slot is empty with a whole
+    /// slot of space, whatever earlier receives filled and whatever was taken or kept.
+    #[test]
+    fn prepared_slots_are_always_empty_with_room() {
+        let mut batch = RecvBatch::with_slots(8, 2048);
+        let mut kept = Vec::new();
+        let mut x = 7u32;
+        for round in 0..500 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let offered = 1 + (x >> 8) as usize % 8;
+            let (slots, _) = batch.prepare(offered);
+            assert_eq!(slots.len(), offered);
+            for (i, slot) in slots.iter().enumerate() {
+                assert!(slot.is_empty(), "round {round}: slot {i} not empty");
+                assert!(
+                    slot.capacity() >= 2048,
+                    "round {round}: slot {i} lacks room"
+                );
+            }
+            let filled = (x >> 16) as usize % (offered + 1);
+            for slot in &mut slots[..filled] {
+                slot.extend_from_slice(&[round as u8; 100]);
+            }
+            for i in 0..filled {
+                batch.meta[i] = SlotMeta {
+                    len: 100,
+                    stride: 40,
+                    ..SlotMeta::default()
+                };
+            }
+            batch.set_filled(filled);
+            // Take some datagrams, keep a few alive, leave the rest in the slots.
+            let take = (x >> 20) as usize % (filled * 3 + 1);
+            for d in batch.datagrams().take(take) {
+                assert_eq!(d.data[0], round as u8);
+                if x.is_multiple_of(5) {
+                    kept.push(d);
+                }
+            }
+        }
+        assert!(kept.iter().all(|d| !d.data.is_empty()));
     }
 
     #[test]

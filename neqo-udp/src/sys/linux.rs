@@ -516,7 +516,7 @@ fn prepare_recv(
     hdr: &mut libc::msghdr,
     iov: &mut libc::iovec,
     name: &mut MaybeUninit<libc::sockaddr_storage>,
-    ctrl: &mut CmsgBuf<RECV_CMSG_LEN>,
+    ctrl: &mut MaybeUninit<CmsgBuf<RECV_CMSG_LEN>>,
 ) {
     let spare = slot.spare_capacity_mut();
     iov.iov_base = spare.as_mut_ptr().cast();
@@ -525,7 +525,7 @@ fn prepare_recv(
     hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     hdr.msg_iov = iov;
     hdr.msg_iovlen = 1;
-    hdr.msg_control = ctrl.0.as_mut_ptr().cast();
+    hdr.msg_control = ctrl.as_mut_ptr().cast();
     hdr.msg_controllen = RECV_CMSG_LEN;
     hdr.msg_flags = 0;
 }
@@ -581,7 +581,7 @@ pub(crate) fn recv_single(
     // SAFETY: as above.
     let mut iov: libc::iovec = unsafe { mem::zeroed() };
     let mut name = MaybeUninit::uninit();
-    let mut ctrl = CmsgBuf([0u8; RECV_CMSG_LEN]);
+    let mut ctrl = MaybeUninit::uninit();
     prepare_recv(slot, &mut hdr, &mut iov, &mut name, &mut ctrl);
     // SAFETY: `hdr` points at the slot's spare capacity, `name` and `ctrl`, all alive and
     // writable for the call, with the lengths stated.
@@ -616,8 +616,15 @@ pub(crate) fn recv_batch(
         let hdr = hdrs[i].write(unsafe { mem::zeroed() });
         // SAFETY: as above.
         let iov = iovs[i].write(unsafe { mem::zeroed() });
-        let ctrl = ctrls[i].write(CmsgBuf([0u8; RECV_CMSG_LEN]));
-        prepare_recv(&mut slots[i], &mut hdr.msg_hdr, iov, &mut names[i], ctrl);
+        // Control buffers are not zeroed: the kernel writes `msg_controllen` bytes of them
+        // and nothing else is read.
+        prepare_recv(
+            &mut slots[i],
+            &mut hdr.msg_hdr,
+            iov,
+            &mut names[i],
+            &mut ctrls[i],
+        );
     }
     // SAFETY: the first `n` headers are initialised and point at writable buffers (slot spare
     // capacity, names, control buffers) that outlive the call; MSG_TRUNC only changes the
