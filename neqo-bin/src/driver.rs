@@ -124,6 +124,21 @@ struct Outgoing {
     src_ip: Option<IpAddr>,
 }
 
+impl Outgoing {
+    /// quinn-proto's transmit, whose bytes are in `buf`, as the socket will send it.
+    fn new(buf: Vec<u8>, t: &quinn_proto::Transmit) -> Self {
+        Self {
+            buf,
+            destination: t.destination,
+            ecn: t
+                .ecn
+                .and_then(|e| neqo_udp::EcnCodepoint::from_bits(e as u8)),
+            segment_size: t.segment_size,
+            src_ip: t.src_ip,
+        }
+    }
+}
+
 struct SocketSlot {
     socket: Socket,
     /// The `Transmit` array handed to `Socket::send`, kept for its allocation.
@@ -318,15 +333,9 @@ impl Driver {
     }
 
     fn queue(&mut self, socket: usize, buf: Vec<u8>, t: &quinn_proto::Transmit) {
-        self.sockets[socket].pending.push_back(Outgoing {
-            buf,
-            destination: t.destination,
-            ecn: t
-                .ecn
-                .and_then(|e| neqo_udp::EcnCodepoint::from_bits(e as u8)),
-            segment_size: t.segment_size,
-            src_ip: t.src_ip,
-        });
+        self.sockets[socket]
+            .pending
+            .push_back(Outgoing::new(buf, t));
     }
 
     /// Runs until the application is done (and everything queued is sent) or `shutdown`
@@ -683,15 +692,7 @@ impl Driver {
                 self.counters.transmit_datagrams += datagrams;
                 self.counters.max_transmit_datagrams =
                     self.counters.max_transmit_datagrams.max(datagrams);
-                slot.pending.push_back(Outgoing {
-                    buf,
-                    destination: t.destination,
-                    ecn: t
-                        .ecn
-                        .and_then(|e| neqo_udp::EcnCodepoint::from_bits(e as u8)),
-                    segment_size: t.segment_size,
-                    src_ip: t.src_ip,
-                });
+                slot.pending.push_back(Outgoing::new(buf, &t));
                 self.dirty.push_back(idx);
                 produced = true;
             } else {

@@ -7,6 +7,8 @@
 //! [`Application`] on the crate's own [`Driver`]. These tests load both cores, so they take
 //! turns ([`serial`]). Every loop is bounded in count and time.
 
+mod common;
+
 use std::{
     collections::HashMap,
     io::{BufRead as _, BufReader},
@@ -21,6 +23,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use common::url;
 use neqo_bin::{
     client::{self, ClientConfig},
     driver::{Application, Driver},
@@ -44,20 +47,9 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn url(addr: SocketAddr, path: &str) -> url::Url {
-    url::Url::parse(&format!("https://{addr}{path}")).unwrap()
-}
-
 /// Runs `f` on its own thread and waits at most [`DEADLINE`] for it.
 fn with_deadline<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(DEADLINE) {
-        Ok(v) => v,
-        Err(e) => panic!("{what}: no result within {DEADLINE:?} ({e})"),
-    }
+    common::with_deadline(what, DEADLINE, f)
 }
 
 /// Polls `f` every 20 ms until it holds, for at most `limit`; returns how long it took.

@@ -16,12 +16,14 @@
 //! sender) and the client declared lost, whose frames quinn-proto sent again; the relay's
 //! counts: both directions together; the server's TX datagrams per `sendmmsg`.
 
+mod common;
+
 use std::{
-    net::SocketAddr,
-    sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc},
+    sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard},
     time::Duration,
 };
 
+use common::url;
 use neqo_bin::{
     client::{self, ClientConfig, ClientReport},
     server::{ServerConfig, ServerHandle, ServerReport},
@@ -159,20 +161,9 @@ impl Outcome {
     }
 }
 
-fn url(addr: SocketAddr, path: &str) -> url::Url {
-    url::Url::parse(&format!("https://{addr}{path}")).unwrap()
-}
-
 /// Runs `f` on its own thread and waits at most [`DEADLINE`] for it.
 fn with_deadline<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(DEADLINE) {
-        Ok(v) => v,
-        Err(e) => panic!("{what}: no result within {DEADLINE:?} ({e})"),
-    }
+    common::with_deadline(what, DEADLINE, f)
 }
 
 fn loss(p: f64) -> Impairment {
