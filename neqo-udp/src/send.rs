@@ -10,7 +10,7 @@
 //! | `EMSGSIZE` | drop that one transmit (an oversized PMTU probe), count it, clear the error queue |
 //! | `ENOBUFS` | drop that one transmit, count it: no writable wake-up would follow |
 //! | `EIO`/`EINVAL` on a GSO transmit | GSO off for the socket; resend that transmit as separate datagrams |
-//! | ICMP-driven (`ECONNREFUSED`, unreachable, ...) | a pending error of an earlier datagram: drain the error queue, retry; drop the transmit if it keeps coming |
+//! | ICMP-driven (`ECONNREFUSED`, unreachable, ...) | a pending error of an earlier datagram: drain the error queue, retry; drop the transmit only if the error is its own (nothing was pending) and keeps coming |
 //! | a broken socket (`EBADF`, `ENOTSOCK`, `EFAULT`) | return the error |
 //! | anything else | drop that transmit, count it |
 
@@ -98,9 +98,22 @@ pub(crate) fn classify(e: &io::Error) -> SendError {
     }
 }
 
-/// How often an ICMP-class error may hit the same transmit before it is dropped. Each retry
-/// consumes one pending error, so more than a few in a row means the error is this transmit's.
-const MAX_ICMP_RETRIES: u32 = 3;
+/// How often an ICMP-class error that is the transmit's own may hit it before it is dropped.
+///
+/// On an unconnected socket an ICMP error arrives after the datagram that caused it was sent,
+/// so the kernel fails the *next* send with it and queues it (`IP_RECVERR`). Such a pending
+/// error is no reason to drop the transmit that met it: the retry after draining the queue
+/// sends it. But the route lookup can fail a send with the same codes (`ENETUNREACH`,
+/// `EHOSTUNREACH`) on every attempt, and then nothing was queued: those are the errors counted
+/// here.
+const MAX_OWN_ICMP_RETRIES: u32 = 3;
+
+/// How many pending ICMP errors in a row a transmit may meet before it is dropped anyway.
+///
+/// Errors of earlier datagrams can keep arriving while a transmit is retried (another thread
+/// sending on the same socket, a peer that went away mid-burst): a streak of four was seen
+/// on loopback. This bound only guarantees progress if something keeps the queue full.
+const MAX_PENDING_ICMP_RETRIES: u32 = 64;
 
 /// Number of datagrams a transmit carries when sent with segment size `seg`.
 pub(crate) fn segments_of(t: &Transmit<'_>) -> usize {
@@ -139,6 +152,27 @@ where
     pub(crate) drain_errors: D,
 }
 
+/// ICMP-class errors met in a row by the transmit at the head of a send.
+#[derive(Debug, Default)]
+struct IcmpRetries {
+    /// Errors that were the transmit's own: nothing was queued when it failed.
+    own: u32,
+    /// Errors of earlier datagrams, drained from the queue.
+    pending: u32,
+}
+
+impl IcmpRetries {
+    /// Records one more error; whether the transmit should now be dropped.
+    fn give_up(&mut self, pending: bool) -> bool {
+        if pending {
+            self.pending += 1;
+        } else {
+            self.own += 1;
+        }
+        self.own > MAX_OWN_ICMP_RETRIES || self.pending > MAX_PENDING_ICMP_RETRIES
+    }
+}
+
 enum Step {
     /// `n` transmits (of the slice given) are done: sent or deliberately dropped.
     Done(usize),
@@ -172,13 +206,17 @@ where
 
     /// One syscall over `chunk` and what its outcome means. `icmp_retries` counts the ICMP
     /// errors seen in a row on `chunk[0]`.
-    fn attempt(&mut self, chunk: &[Transmit<'_>], icmp_retries: &mut u32) -> io::Result<Step> {
+    fn attempt(
+        &mut self,
+        chunk: &[Transmit<'_>],
+        icmp_retries: &mut IcmpRetries,
+    ) -> io::Result<Step> {
         let gso = self.gso_on();
         match (self.sys)(chunk, gso) {
             Ok(n) => {
                 let n = n.min(chunk.len());
                 self.record(&chunk[..n]);
-                *icmp_retries = 0;
+                *icmp_retries = IcmpRetries::default();
                 Ok(Step::Done(n))
             }
             Err(e) => {
@@ -218,10 +256,13 @@ where
                     }
                     SendError::Icmp => {
                         self.counters.error(ErrorKind::Icmp);
-                        let _ = (self.drain_errors)();
-                        *icmp_retries += 1;
-                        if *icmp_retries > MAX_ICMP_RETRIES {
-                            *icmp_retries = 0;
+                        let pending = (self.drain_errors)() > 0;
+                        if icmp_retries.give_up(pending) {
+                            tracing::debug!(
+                                "dropping transmit to {} after repeated {e}",
+                                first.destination
+                            );
+                            *icmp_retries = IcmpRetries::default();
                             self.counters.error(ErrorKind::SendDroppedOther);
                             Ok(Step::Done(1))
                         } else {
@@ -245,7 +286,7 @@ where
 
     /// Sends what the backlog holds. `Err(WouldBlock)` if it could not be emptied.
     fn flush_backlog(&mut self) -> io::Result<()> {
-        let mut icmp_retries = 0;
+        let mut icmp_retries = IcmpRetries::default();
         while !self.backlog.is_empty() {
             let n = self.backlog.len().min(self.policy.batch);
             let owned: Vec<Owned> = self.backlog.iter().take(n).cloned().collect();
@@ -266,7 +307,7 @@ where
     pub(crate) fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<usize> {
         self.flush_backlog()?;
         let mut done = 0;
-        let mut icmp_retries = 0;
+        let mut icmp_retries = IcmpRetries::default();
         while done < transmits.len() {
             let first = &transmits[done];
             if !self.gso_on() && is_multi_segment(first) {
@@ -365,6 +406,8 @@ mod tests {
         backlog: VecDeque<Owned>,
         kernel: FakeKernel,
         drained: RefCell<u32>,
+        /// What each drain of the error queue finds in it.
+        queued: u64,
     }
 
     impl Harness {
@@ -378,12 +421,14 @@ mod tests {
                 backlog: VecDeque::new(),
                 kernel: FakeKernel::new(script),
                 drained: RefCell::new(0),
+                queued: 1,
             }
         }
 
         fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<usize> {
             let kernel = &self.kernel;
             let drained = &self.drained;
+            let queued = self.queued;
             SendCall {
                 policy: &self.policy,
                 counters: &self.counters,
@@ -391,7 +436,7 @@ mod tests {
                 sys: |c: &[Transmit<'_>], g: bool| kernel.call(c, g),
                 drain_errors: || {
                     *drained.borrow_mut() += 1;
-                    1
+                    queued
                 },
             }
             .send(transmits)
@@ -562,10 +607,32 @@ mod tests {
         assert_eq!(h.counters.snapshot().errors.icmp, 2);
         assert_eq!(*h.drained.borrow(), 2);
 
-        // An error that keeps coming on the same transmit drops it rather than spin.
-        let script = vec![Err(libc::ECONNREFUSED); MAX_ICMP_RETRIES as usize + 1];
+        // Errors of earlier datagrams (each found queued) may keep arriving while one
+        // transmit is retried: it is still sent, not dropped.
+        let streak = MAX_OWN_ICMP_RETRIES as usize + 5;
+        let mut h = Harness::new(32, 64, vec![Err(libc::ECONNREFUSED); streak]);
+        assert_eq!(h.send(&[transmit(&d, None)]).unwrap(), 1);
+        assert_eq!(*h.kernel.sent.borrow(), vec![d.clone()]);
+        assert_eq!(h.counters.snapshot().errors.send_dropped_other, 0);
+        assert_eq!(h.counters.snapshot().errors.icmp, streak as u64);
+
+        // An error that is the transmit's own (nothing queued: a failed route lookup) and
+        // keeps coming drops that transmit rather than spin; the next one goes out.
+        let script = vec![Err(libc::ENETUNREACH); MAX_OWN_ICMP_RETRIES as usize + 1];
         let mut h = Harness::new(32, 64, script);
+        h.queued = 0;
         let other = datagram(5, 10);
+        assert_eq!(
+            h.send(&[transmit(&d, None), transmit(&other, None)])
+                .unwrap(),
+            2
+        );
+        assert_eq!(*h.kernel.sent.borrow(), vec![other.clone()]);
+        assert_eq!(h.counters.snapshot().errors.send_dropped_other, 1);
+
+        // Pending errors without end still cannot hold a send forever.
+        let script = vec![Err(libc::ECONNREFUSED); MAX_PENDING_ICMP_RETRIES as usize + 1];
+        let mut h = Harness::new(32, 64, script);
         assert_eq!(
             h.send(&[transmit(&d, None), transmit(&other, None)])
                 .unwrap(),

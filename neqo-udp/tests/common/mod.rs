@@ -58,7 +58,13 @@ pub async fn recv_n(socket: &Socket, n: usize) -> Vec<Datagram> {
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("only {} of {n} datagrams arrived", got.len()));
+    .unwrap_or_else(|_| {
+        panic!(
+            "only {} of {n} datagrams arrived; receiver {}",
+            got.len(),
+            socket.stats()
+        )
+    });
     got
 }
 
