@@ -5,23 +5,28 @@
 //! segments (the last may be shorter). [`RecvBatch::datagrams`] cuts them apart with
 //! `BytesMut::split_to`, so each [`Datagram`] owns its payload without a copy; the slot keeps
 //! the rest of its allocation and reuses it once every datagram cut from it has been dropped.
+//! Slots holding 4 KiB or less are the exception: their datagrams are copied out
+//! (`COPY_UP_TO` says why).
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use bytes::BytesMut;
 use quinn_udp::EcnCodepoint;
 
-use crate::config::{Config, IoMode, RECV_SLOT_SIZE};
+use crate::config::{Config, RECV_SLOT_SIZE};
 
-/// In [`IoMode::Single`], a datagram up to this long is copied out of its 64 KiB slot.
+/// A slot whose contents (one datagram, or a short GRO run) are at most this long is copied
+/// out of its 64 KiB buffer; longer ones are cut from it without a copy.
 ///
 /// A datagram cut from a slot shares the slot's allocation, and a QUIC stack keeps received
-/// data (out-of-order stream frames) as slices of it. One datagram per 64 KiB slot, as in
-/// single mode, then pins 64 KiB per buffered packet: a 128 MiB download with kernel drops
-/// peaked at 43-48 MB of client RSS. Copying a lone small datagram costs a 1.5 KB memcpy
-/// next to its syscall, and the slot keeps its buffer. GRO runs in batched mode fill a slot
-/// with many datagrams and are not copied.
-pub(crate) const SINGLE_MODE_COPY_UP_TO: usize = 4096;
+/// data (out-of-order stream frames) as slices of it until the gap before it is filled. A
+/// slot that got one 1.2 KB datagram then pins 64 KiB per buffered packet: a 64 MiB download
+/// over a lossy path from a sender without GSO peaked at 72 MB of client RSS, against 21 MB
+/// with small slots copied (see the commit that made this apply to both I/O modes). Copying
+/// costs one allocation and a memcpy of at most 4 KiB, and the slot keeps its buffer for the
+/// next receive instead of allocating a fresh 64 KiB; GRO runs longer than 4 KiB, which carry
+/// the bulk of a fast transfer, are still cut without a copy.
+pub(crate) const COPY_UP_TO: usize = 4096;
 
 /// One received datagram.
 #[derive(Debug)]
@@ -96,19 +101,17 @@ pub struct RecvBatch {
     /// Leading slots readied by an earlier `prepare` (untouched unless filled since).
     ready: usize,
     slot_size: usize,
-    /// A slot holding one datagram of at most this many bytes yields a copy of it.
+    /// A slot holding at most this many bytes yields copies of its datagrams.
     copy_up_to: usize,
+    /// The current slot's contents, when they were copied out: datagrams are cut from here.
+    copied: Option<BytesMut>,
 }
 
 impl RecvBatch {
     /// Buffers for a socket with this config: one 64 KiB slot per datagram of a batch.
     #[must_use]
     pub fn new(config: &Config) -> Self {
-        let mut batch = Self::with_slots(config.effective_batch_size(), RECV_SLOT_SIZE);
-        if config.mode == IoMode::Single {
-            batch.copy_up_to = SINGLE_MODE_COPY_UP_TO;
-        }
-        batch
+        Self::with_slots(config.effective_batch_size(), RECV_SLOT_SIZE).copying_up_to(COPY_UP_TO)
     }
 
     /// `slots` buffers of `slot_size` bytes each. A slot smaller than a datagram (or a GRO run)
@@ -126,7 +129,14 @@ impl RecvBatch {
             ready: 0,
             slot_size,
             copy_up_to: 0,
+            copied: None,
         }
+    }
+
+    /// Copies out the datagrams of slots holding at most `bytes` (see `COPY_UP_TO`).
+    pub(crate) fn copying_up_to(mut self, bytes: usize) -> Self {
+        self.copy_up_to = bytes;
+        self
     }
 
     /// Number of slots, i.e. the most datagram buffers one syscall can fill.
@@ -156,6 +166,7 @@ impl RecvBatch {
         let fresh = first_fresh..n.max(first_fresh);
         self.filled = 0;
         self.next = 0;
+        self.copied = None;
         let slot_size = self.slot_size;
         for slot in &mut self.slots[..dirty] {
             slot.clear();
@@ -173,16 +184,14 @@ impl RecvBatch {
     pub(crate) fn set_filled(&mut self, filled: usize) {
         self.filled = filled;
         self.next = 0;
+        self.copied = None;
     }
 
     /// The datagrams of the last receive, in the order the kernel delivered them, GRO runs
     /// split into their segments. Each is yielded once; ones not taken are dropped by the
     /// next receive.
     pub fn datagrams(&mut self) -> Datagrams<'_> {
-        Datagrams {
-            batch: self,
-            segment: None,
-        }
+        Datagrams { batch: self }
     }
 }
 
@@ -190,44 +199,39 @@ impl RecvBatch {
 #[derive(Debug)]
 pub struct Datagrams<'a> {
     batch: &'a mut RecvBatch,
-    /// Stride of the GRO run being cut, when inside one.
-    segment: Option<usize>,
 }
 
 impl Iterator for Datagrams<'_> {
     type Item = Datagram;
 
     fn next(&mut self) -> Option<Datagram> {
+        let b = &mut *self.batch;
         loop {
-            let b = &mut *self.batch;
             if b.next >= b.filled {
                 return None;
             }
-            let slot = &mut b.slots[b.next];
             let meta = b.meta[b.next];
-            if slot.is_empty() {
+            let slot = &mut b.slots[b.next];
+            // A slot not cut yet whose contents are small: copy them out in one piece, so
+            // that what the caller keeps does not pin the slot's buffer.
+            let uncut = !slot.is_empty() && slot.len() == meta.len;
+            if b.copied.is_none() && uncut && meta.len <= b.copy_up_to {
+                b.copied = Some(BytesMut::from(&slot[..]));
+                slot.clear();
+            }
+            let source = b.copied.as_mut().unwrap_or(slot);
+            if source.is_empty() {
                 // Run finished (or an empty/truncated slot that recv already counted).
                 b.next += 1;
-                self.segment = None;
+                b.copied = None;
                 continue;
             }
-            let stride =
-                *self
-                    .segment
-                    .get_or_insert(if meta.stride == 0 || meta.stride > meta.len {
-                        meta.len
-                    } else {
-                        meta.stride
-                    });
-            let take = stride.min(slot.len());
-            let data = if take == meta.len && take <= b.copy_up_to {
-                // A lone small datagram: copied, so that the slot keeps its buffer.
-                let copy = BytesMut::from(&slot[..take]);
-                slot.clear();
-                copy
+            let stride = if meta.stride == 0 || meta.stride > meta.len {
+                meta.len
             } else {
-                slot.split_to(take)
+                meta.stride
             };
+            let data = source.split_to(stride.min(source.len()));
             return Some(Datagram {
                 data,
                 source: meta.source,
@@ -299,25 +303,67 @@ mod tests {
     }
 
     #[test]
-    fn single_mode_copies_lone_small_datagrams() {
-        let mut batch = RecvBatch::new(&Config::with_mode(IoMode::Single));
-        assert_eq!(batch.capacity(), 1);
-        fill(&mut batch, &[(&[7u8; 1200], 0)]);
-        let slot_ptr = batch.slots[0].as_ptr();
-        let held = batch.datagrams().next().unwrap();
-        assert_eq!(&held.data[..], &[7u8; 1200]);
-        assert_ne!(held.data.as_ptr(), slot_ptr, "a copy");
-        // Still held, yet the slot's buffer is reused, not reallocated.
-        fill(&mut batch, &[(&[8u8; 1200], 0)]);
-        assert_eq!(batch.slots[0].as_ptr(), slot_ptr);
-        assert_eq!(&batch.datagrams().next().unwrap().data[..], &[8u8; 1200]);
-        assert_eq!(&held.data[..], &[7u8; 1200]);
-        // Larger ones are cut from the slot as in batched mode.
-        let big = vec![9u8; SINGLE_MODE_COPY_UP_TO + 1];
-        fill(&mut batch, &[(&big, 0)]);
-        let d = batch.datagrams().next().unwrap();
-        assert_eq!(d.data.as_ptr(), slot_ptr);
-        assert_eq!(d.data.len(), big.len());
+    fn small_slots_are_copied() {
+        let mut batch = RecvBatch::new(&Config::default());
+        // A lone datagram and a short GRO run (3 segments, the last one shorter).
+        let run: Vec<u8> = (0..30u8).collect();
+        fill(&mut batch, &[(&[7u8; 1200], 0), (&run, 12)]);
+        let (p0, p1) = (batch.slots[0].as_ptr(), batch.slots[1].as_ptr());
+        let held: Vec<_> = batch.datagrams().collect();
+        let got: Vec<_> = held.iter().map(|d| d.data.to_vec()).collect();
+        assert_eq!(
+            got,
+            vec![
+                vec![7u8; 1200],
+                (0..12).collect(),
+                (12..24).collect(),
+                (24..30).collect()
+            ]
+        );
+        for d in &held {
+            assert!(d.data.as_ptr() != p0 && d.data.as_ptr() != p1, "a copy");
+        }
+        // Still held, yet the slots' buffers are reused, not reallocated.
+        fill(&mut batch, &[(&[8u8; 1200], 0), (&[9u8; 100], 0)]);
+        assert_eq!(batch.slots[0].as_ptr(), p0);
+        assert_eq!(batch.slots[1].as_ptr(), p1);
+        let again: Vec<_> = batch.datagrams().map(|d| d.data.to_vec()).collect();
+        assert_eq!(again, vec![vec![8u8; 1200], vec![9u8; 100]]);
+        assert_eq!(&held[0].data[..], &[7u8; 1200]);
+
+        // A slot holding more is cut without a copy.
+        let big = vec![5u8; COPY_UP_TO + 1];
+        fill(&mut batch, &[(&big, 1000)]);
+        let p = batch.slots[0].as_ptr();
+        let cut: Vec<_> = batch.datagrams().collect();
+        assert_eq!(cut.len(), 5);
+        assert_eq!(cut[0].data.as_ptr(), p);
+        assert_eq!(cut[4].data.len(), 97);
+
+        // Single mode's one slot follows the same rule.
+        let mut single = RecvBatch::new(&Config::with_mode(crate::IoMode::Single));
+        assert_eq!(single.capacity(), 1);
+        fill(&mut single, &[(&[6u8; 1200], 0)]);
+        let p = single.slots[0].as_ptr();
+        let d = single.datagrams().next().unwrap();
+        assert_ne!(d.data.as_ptr(), p);
+        fill(&mut single, &[(&big, 0)]);
+        assert_eq!(single.datagrams().next().unwrap().data.as_ptr(), p);
+    }
+
+    /// A caller that stops part-way through a copied run gets the rest on the next call.
+    #[test]
+    fn copied_runs_resume_where_the_caller_stopped() {
+        let mut batch = RecvBatch::new(&Config::default());
+        let run: Vec<u8> = (0..30u8).collect();
+        fill(&mut batch, &[(&run, 10), (b"next", 0)]);
+        let first = batch.datagrams().next().unwrap();
+        assert_eq!(&first.data[..], &run[..10]);
+        let rest: Vec<_> = batch.datagrams().map(|d| d.data.to_vec()).collect();
+        assert_eq!(
+            rest,
+            vec![run[10..20].to_vec(), run[20..].to_vec(), b"next".to_vec()]
+        );
     }
 
     /// What the kernel relies on: after `prepare`, every offered slot is empty with a whole
