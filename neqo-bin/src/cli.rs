@@ -23,6 +23,10 @@ pub struct IoArgs {
     /// Let the driver send whatever congestion control allows at once (see the README, "Pacing").
     #[arg(long)]
     pub no_pacing: bool,
+    /// What the pacer waits on: `precise` (a timerfd on Linux, tokio's timers elsewhere) or
+    /// `tokio` (tokio's 1 ms timer grid, as on other platforms).
+    #[arg(long, value_enum, default_value_t = crate::pacer::PacingTimer::Precise)]
+    pub pacing_timer: crate::pacer::PacingTimer,
     /// Datagrams per receive syscall and messages per send syscall.
     #[arg(long, default_value_t = neqo_udp::DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
@@ -226,6 +230,7 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         transport: args.io.transport()?,
         socket: args.io.socket(),
         pacing: !args.io.no_pacing,
+        pacing_timer: args.io.pacing_timer,
         stats_interval: args.io.stats.then_some(interval),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -305,6 +310,7 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
         transport: args.io.transport()?,
         socket: args.io.socket(),
         pacing: !args.io.no_pacing,
+        pacing_timer: args.io.pacing_timer,
         progress: !args.no_progress,
     };
     let report = client::run_report(config)?;

@@ -52,6 +52,8 @@ pub struct ClientConfig {
     pub socket: neqo_udp::Config,
     /// The driver paces.
     pub pacing: bool,
+    /// What the driver's pacer waits on.
+    pub pacing_timer: crate::pacer::PacingTimer,
     /// Show a progress bar on a terminal (for transfers longer than a second).
     pub progress: bool,
 }
@@ -71,6 +73,7 @@ impl Default for ClientConfig {
             transport: TransportOptions::default(),
             socket: neqo_udp::Config::default(),
             pacing: true,
+            pacing_timer: crate::pacer::PacingTimer::default(),
             progress: false,
         }
     }
@@ -232,7 +235,8 @@ pub async fn run_async(config: ClientConfig) -> anyhow::Result<ClientReport> {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
     let socket = neqo_udp::Socket::bind(local, config.socket.clone())?;
-    let mut driver = Driver::new(vec![socket], None, config.pacing);
+    let mut driver =
+        Driver::new(vec![socket], None, config.pacing).with_pacing_timer(config.pacing_timer);
     let perf = config.alpn == ALPN_PERF;
     let mut requests = Vec::new();
     for u in &config.urls {

@@ -103,6 +103,8 @@ pub struct DriverCounters {
     pub io_wakes: u64,
     /// Wake-ups for a timer.
     pub timer_wakes: u64,
+    /// The timer the pacer waits on; `None` with pacing off.
+    pub pacing_timer: Option<crate::pacer::PacingTimer>,
 }
 
 struct Conn {
@@ -218,12 +220,31 @@ impl Driver {
             rx: Vec::new(),
             due: Vec::new(),
             pacing,
-            precise: pacing
-                .then(crate::pacer::PreciseTimer::new)
-                .and_then(Result::ok),
+            precise: None,
             pace_next: std::collections::BinaryHeap::new(),
             counters: DriverCounters::default(),
         }
+        .with_pacing_timer(crate::pacer::PacingTimer::Precise)
+    }
+
+    /// Sets the timer the pacer waits on (no effect with pacing off). `Precise` falls back to
+    /// tokio's timers where there is no precise timer; [`counters`](Self::counters) say which
+    /// one runs.
+    #[must_use]
+    pub fn with_pacing_timer(mut self, timer: crate::pacer::PacingTimer) -> Self {
+        use crate::pacer::{PacingTimer, PreciseTimer};
+        self.precise = (self.pacing && timer == PacingTimer::Precise)
+            .then(PreciseTimer::new)
+            .and_then(|r| {
+                r.map_err(|e| tracing::debug!("no precise pacing timer ({e}): tokio's timers"))
+                    .ok()
+            });
+        self.counters.pacing_timer = self.pacing.then_some(if self.precise.is_some() {
+            PacingTimer::Precise
+        } else {
+            PacingTimer::Tokio
+        });
+        self
     }
 
     /// Opens a connection from socket `socket` to `remote`.

@@ -34,6 +34,18 @@ pub const MIN_BURST: usize = 2;
 /// tokio's timer.
 pub const PRECISE_WITHIN: Duration = Duration::from_millis(2);
 
+/// What the pacer waits on for release times nearer than [`PRECISE_WITHIN`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PacingTimer {
+    /// [`PreciseTimer`], a `timerfd`, where there is one (Linux); tokio's timers elsewhere.
+    #[default]
+    Precise,
+    /// tokio's timers and their 1 ms grid, as on platforms without a precise timer: bursts of
+    /// about a millisecond of the rate, one wake-up per millisecond at most.
+    Tokio,
+}
+
 /// A token bucket per connection, refilled at `GAIN * cwnd / srtt`.
 #[derive(Debug)]
 pub struct Pacer {

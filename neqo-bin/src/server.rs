@@ -49,6 +49,8 @@ pub struct ServerConfig {
     pub socket: neqo_udp::Config,
     /// The driver paces.
     pub pacing: bool,
+    /// What the driver's pacer waits on.
+    pub pacing_timer: crate::pacer::PacingTimer,
     /// Print stats to stderr this often.
     pub stats_interval: Option<Duration>,
 }
@@ -64,6 +66,7 @@ impl Default for ServerConfig {
             transport: TransportOptions::default(),
             socket: neqo_udp::Config::default(),
             pacing: true,
+            pacing_timer: crate::pacer::PacingTimer::default(),
             stats_interval: None,
         }
     }
@@ -162,7 +165,8 @@ impl Server {
         for addr in &config.listen {
             sockets.push(neqo_udp::Socket::bind(*addr, config.socket.clone())?);
         }
-        let driver = Driver::new(sockets, Some(Arc::new(server_config)), config.pacing);
+        let driver = Driver::new(sockets, Some(Arc::new(server_config)), config.pacing)
+            .with_pacing_timer(config.pacing_timer);
         let now = Instant::now();
         Ok(Self {
             driver,

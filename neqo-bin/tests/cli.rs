@@ -121,17 +121,41 @@ fn download_with_json_reports_and_clean_shutdown() {
         assert!(v.get(key).is_some(), "{key} missing in {v}");
     }
     assert_eq!(v["bytes_received"], 10_000_000);
+    #[cfg(target_os = "linux")]
+    assert_eq!(v["driver"]["pacing_timer"], "precise", "{v}");
+
+    // The pacer on tokio's timers, as the JSON report says; a timer that does not exist is
+    // refused by name.
+    let out = client(&[
+        &server.url("/1000000"),
+        "--insecure",
+        "--pacing-timer",
+        "tokio",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["driver"]["pacing_timer"], "tokio", "{v}");
+    assert_eq!(v["bytes_received"], 1_000_000);
+    let out = client(&[&server.url("/1"), "--insecure", "--pacing-timer", "hpet"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--pacing-timer"), "{}", stderr(&out));
+
     let out = server.terminate();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("exit stats"), "{}", stderr(&out));
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&server_json).unwrap()).unwrap();
-    assert_eq!(s["bytes_sent"], 10_000_000);
+    // Both downloads; the refused flag never reached it.
+    assert_eq!(s["bytes_sent"], 11_000_000);
     assert!(s["tx_datagrams_per_syscall"].as_f64().unwrap() >= 1.0);
 }
 
 #[test]
 fn ipv6_single_mode_no_pacing_perf_with_ca() {
+    let json = tmp("ipv6-client.json");
     let cert = tmp("cert.pem");
     let key = tmp("key.pem");
     let ck =
@@ -176,8 +200,17 @@ fn ipv6_single_mode_no_pacing_perf_with_ca() {
         "--no-pacing",
         "-n",
         "2",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        v["driver"]["pacing_timer"],
+        serde_json::Value::Null,
+        "no pacing: {v}"
+    );
 }
 
 #[test]
