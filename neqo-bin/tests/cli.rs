@@ -3,7 +3,7 @@
 
 use std::{
     io::{BufRead as _, BufReader},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
 };
@@ -86,6 +86,13 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A JSON report a binary wrote.
+fn read_json(path: &Path) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
+}
+
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("neqo-bin-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -104,8 +111,7 @@ fn download_with_json_reports_and_clean_shutdown() {
         json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = read_json(&json);
     for key in [
         "bytes_received",
         "bytes_sent",
@@ -135,8 +141,7 @@ fn download_with_json_reports_and_clean_shutdown() {
         json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = read_json(&json);
     assert_eq!(v["driver"]["pacing_timer"], "tokio", "{v}");
     assert_eq!(v["bytes_received"], 1_000_000);
     let out = client(&[&server.url("/1"), "--insecure", "--pacing-timer", "hpet"]);
@@ -146,8 +151,7 @@ fn download_with_json_reports_and_clean_shutdown() {
     let out = server.terminate();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("exit stats"), "{}", stderr(&out));
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&server_json).unwrap()).unwrap();
+    let s = read_json(&server_json);
     // Both downloads; the refused flag never reached it.
     assert_eq!(s["bytes_sent"], 11_000_000);
     assert!(s["tx_datagrams_per_syscall"].as_f64().unwrap() >= 1.0);
@@ -204,8 +208,7 @@ fn ipv6_single_mode_no_pacing_perf_with_ca() {
         json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = read_json(&json);
     assert_eq!(
         v["driver"]["pacing_timer"],
         serde_json::Value::Null,

@@ -332,7 +332,16 @@ fn handshake_under_30_percent_loss() {
     }
 }
 
-/// 10 ms each way and 100 Mbit/s each way. Both pacing modes complete; the server (the sender)
+/// 10 ms each way and 100 Mbit/s each way.
+fn path_20ms_100mbit() -> Impairment {
+    Impairment {
+        delay: Duration::from_millis(10),
+        rate_mbit: Some(100.0),
+        ..Impairment::default()
+    }
+}
+
+/// On [`path_20ms_100mbit`] both pacing modes complete; the server (the sender)
 /// moves at least twice as many datagrams per `sendmmsg` with pacing off as with it on.
 ///
 /// Pacing off, the bursts are what quinn-proto's own pacer and the ACK clock allow: the relay
@@ -344,11 +353,7 @@ fn handshake_under_30_percent_loss() {
 #[test]
 fn pacing_at_20ms_rtt_and_100mbit() {
     let _machine = exclusive();
-    let imp = Impairment {
-        delay: Duration::from_millis(10),
-        rate_mbit: Some(100.0),
-        ..Impairment::default()
-    };
+    let imp = path_20ms_100mbit();
     let mut per_syscall = Vec::new();
     for pacing in [true, false] {
         let mut d = Download::symmetric("20 ms RTT, 100 Mbit/s", 5, imp, 16 * MIB);
@@ -387,11 +392,7 @@ fn pacing_at_20ms_rtt_and_100mbit() {
 #[test]
 fn pacing_on_tokio_timers() {
     let _machine = exclusive();
-    let imp = Impairment {
-        delay: Duration::from_millis(10),
-        rate_mbit: Some(100.0),
-        ..Impairment::default()
-    };
+    let imp = path_20ms_100mbit();
     let mut d = Download::symmetric("20 ms RTT, 100 Mbit/s, tokio timers", 5, imp, 16 * MIB);
     d.pacing_timer = PacingTimer::Tokio;
     let o = d.run();
