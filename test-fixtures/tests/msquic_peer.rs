@@ -395,6 +395,56 @@ fn certificate_from_pem_files() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--ca` trusts the server's own certificate (verified, not skipped); another CA, an unreadable
+/// file and one without a certificate are refused with their reasons.
+#[test]
+fn ca_file_is_trusted_and_others_refused() {
+    let dir = temp_dir("ca");
+    let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    let certified = rcgen::generate_simple_self_signed(names.clone()).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let other = dir.join("other.pem");
+    let stranger = rcgen::generate_simple_self_signed(names).unwrap();
+    std::fs::write(&other, stranger.cert.pem()).unwrap();
+    let not_pem = dir.join("not.pem");
+    std::fs::write(&not_pem, "no certificate here").unwrap();
+    let server = Server::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ]);
+    let verified = |ca: &std::path::Path| {
+        Command::new(BIN)
+            .args(["client", &server.url("/2000"), "--idle-timeout", "5"])
+            .arg("--ca")
+            .arg(ca)
+            .output()
+            .unwrap()
+    };
+    let out = verified(&cert);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = verified(&other);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("certificate"));
+    let out = verified(&not_pem);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no PEM certificate"));
+    let out = verified(&dir.join("missing.pem"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read CA certificate"));
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn unknown_certificate_is_rejected_without_insecure() {
     let server = Server::start(&["--listen", "127.0.0.1:0"]);

@@ -81,8 +81,12 @@ struct ClientArgs {
     #[arg(long, value_name = "BYTES")]
     upload: Option<u64>,
     /// Do not verify the server certificate.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ca")]
     insecure: bool,
+    /// Trust certificates issued by this PEM CA (or this self-signed certificate), as
+    /// `neqo-client --ca` does.
+    #[arg(long, value_name = "PEM")]
+    ca: Option<PathBuf>,
     /// hq-interop: save each URL's body (first request only) under DIR.
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
@@ -130,6 +134,7 @@ pub fn main() -> ExitCode {
             download: a.download,
             upload: a.upload,
             insecure: a.insecure,
+            ca: a.ca,
             output_dir: a.output_dir,
             json: a.json,
             idle_timeout_ms: secs_to_ms(a.idle_timeout),

@@ -32,6 +32,7 @@ pub(crate) struct ClientOptions {
     pub(crate) download: Option<u64>,
     pub(crate) upload: Option<u64>,
     pub(crate) insecure: bool,
+    pub(crate) ca: Option<PathBuf>,
     pub(crate) output_dir: Option<PathBuf>,
     pub(crate) json: Option<PathBuf>,
     pub(crate) idle_timeout_ms: u64,
@@ -98,6 +99,15 @@ pub(crate) fn run(opts: &ClientOptions) -> Result<()> {
     let mut credential = CredentialConfig::new_client();
     if opts.insecure {
         credential = credential.set_credential_flags(CredentialFlags::NO_CERTIFICATE_VALIDATION);
+    } else if let Some(ca) = &opts.ca {
+        // msquic hands the path to its TLS library, which reports a bad file only as a failed
+        // handshake: check it here, with its name.
+        let pem = std::fs::read_to_string(ca)
+            .with_context(|| format!("cannot read CA certificate {}", ca.display()))?;
+        if !pem.contains("-----BEGIN CERTIFICATE-----") {
+            bail!("CA certificate {} holds no PEM certificate", ca.display());
+        }
+        credential = credential.set_ca_certificate_file(ca.to_string_lossy().into_owned());
     }
     config
         .load_credential(&credential)

@@ -16,7 +16,8 @@
 //!                    [--cert PEM --key PEM] [--root DIR] [--idle-timeout SECS]
 //! msquic-peer client URL... [-n/--requests N] [--parallel] [--connections K]
 //!                    [--alpn hq-interop|perf] [--download N] [--upload N]
-//!                    [--insecure] [--output-dir DIR] [--json FILE] [--idle-timeout SECS]
+//!                    [--insecure | --ca PEM] [--output-dir DIR] [--json FILE]
+//!                    [--idle-timeout SECS]
 //! ```
 //!
 //! The server prints `msquic-peer listening on ADDR` once per `--listen`
