@@ -1,9 +1,10 @@
-//! Streaming a body into a QUIC send stream chunk by chunk.
+//! Streaming a body into a QUIC send stream chunk by chunk, and reading one out of a receive
+//! stream the same way.
 
-use std::{fs::File, io::Read};
+use std::{fs::File, io::Read, ops::ControlFlow};
 
 use bytes::Bytes;
-use quinn_proto::{SendStream, WriteError};
+use quinn_proto::{Chunk, Connection, ReadError, SendStream, StreamId, VarInt, WriteError};
 
 use crate::pattern;
 
@@ -125,4 +126,46 @@ pub enum PumpError {
     Closed,
     /// Reading the file failed.
     File(std::io::Error),
+}
+
+/// Where reading a receive stream stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadEnd {
+    /// Nothing more is readable yet (or the stream is gone): wait for the next event.
+    Blocked,
+    /// The peer's FIN arrived: every byte has been handed over.
+    Fin,
+    /// The peer reset the stream with this code.
+    Reset(VarInt),
+    /// The caller's `on_chunk` asked to stop.
+    Stopped,
+}
+
+/// Hands the readable chunks of stream `id`, in order and without copying, to `on_chunk`
+/// until the stream blocks, ends or is reset, or `on_chunk` breaks; then releases flow-control
+/// credit for what was read.
+pub fn read_stream(
+    conn: &mut Connection,
+    id: StreamId,
+    mut on_chunk: impl FnMut(Chunk) -> ControlFlow<()>,
+) -> ReadEnd {
+    let mut rs = conn.recv_stream(id);
+    let Ok(mut chunks) = rs.read(true) else {
+        return ReadEnd::Blocked;
+    };
+    let end = loop {
+        match chunks.next(usize::MAX) {
+            Ok(Some(chunk)) => {
+                if on_chunk(chunk).is_break() {
+                    break ReadEnd::Stopped;
+                }
+            }
+            Ok(None) => break ReadEnd::Fin,
+            Err(ReadError::Blocked) => break ReadEnd::Blocked,
+            Err(ReadError::Reset(code)) => break ReadEnd::Reset(code),
+        }
+    };
+    // Whether the peer should be told of new credit is decided by the driver's next poll.
+    let _ = chunks.finalize();
+    end
 }

@@ -4,6 +4,7 @@ use std::{
     collections::VecDeque,
     io::{IsTerminal as _, Write as _},
     net::{SocketAddr, ToSocketAddrs as _},
+    ops::ControlFlow,
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -12,13 +13,12 @@ use std::{
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use quinn_proto::{
-    ConnectionError, ConnectionHandle, Dir, Event, ReadError, StreamEvent, StreamId,
-    TransportErrorCode,
+    ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId, TransportErrorCode,
 };
 use url::Url;
 
 use crate::{
-    body::{PumpError, Source},
+    body::{self, PumpError, ReadEnd, Source},
     driver::{Application, Driver},
     idmap::IdMap,
     pattern,
@@ -435,45 +435,24 @@ impl ClientApp {
         let Some(req) = self.streams.get_mut(&id) else {
             return;
         };
-        let mut fin = false;
-        let mut reset = None;
         let mut write_err = None;
-        {
-            let mut rs = conn.recv_stream(id);
-            let Ok(mut chunks) = rs.read(true) else {
-                return;
-            };
-            loop {
-                match chunks.next(usize::MAX) {
-                    Ok(Some(chunk)) => {
-                        let len = chunk.bytes.len() as u64;
-                        if req.expected.is_some()
-                            && (chunk.offset != req.received
-                                || !pattern::verify(chunk.offset, &chunk.bytes))
-                        {
-                            req.pattern_ok = false;
-                        }
-                        if let Some(f) = &mut req.file
-                            && let Err(e) = f.write_all(&chunk.bytes)
-                        {
-                            write_err = Some(e);
-                        }
-                        req.received += len;
-                        self.report.bytes_received += len;
-                    }
-                    Ok(None) => {
-                        fin = true;
-                        break;
-                    }
-                    Err(ReadError::Blocked) => break,
-                    Err(ReadError::Reset(code)) => {
-                        reset = Some(code);
-                        break;
-                    }
-                }
+        let bytes_received = &mut self.report.bytes_received;
+        let end = body::read_stream(conn, id, |chunk| {
+            let len = chunk.bytes.len() as u64;
+            if req.expected.is_some()
+                && (chunk.offset != req.received || !pattern::verify(chunk.offset, &chunk.bytes))
+            {
+                req.pattern_ok = false;
             }
-            let _ = chunks.finalize();
-        }
+            if let Some(f) = &mut req.file
+                && let Err(e) = f.write_all(&chunk.bytes)
+            {
+                write_err = Some(e);
+            }
+            req.received += len;
+            *bytes_received += len;
+            ControlFlow::Continue(())
+        });
         if let Some(e) = write_err {
             let path = req.path.clone();
             self.finish_request(
@@ -482,7 +461,7 @@ impl ClientApp {
                 now,
                 Some(format!("{path}: writing the body: {e}")),
             );
-        } else if let Some(code) = reset {
+        } else if let ReadEnd::Reset(code) = end {
             let path = req.path.clone();
             self.finish_request(
                 conn,
@@ -492,7 +471,7 @@ impl ClientApp {
                     "{path}: the server reset the stream (error code {code})"
                 )),
             );
-        } else if fin {
+        } else if end == ReadEnd::Fin {
             let mut err = None;
             if let Some(n) = req.expected {
                 if req.received < n {

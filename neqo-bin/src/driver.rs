@@ -233,12 +233,13 @@ impl Driver {
     #[must_use]
     pub fn with_pacing_timer(mut self, timer: crate::pacer::PacingTimer) -> Self {
         use crate::pacer::{PacingTimer, PreciseTimer};
-        self.precise = (self.pacing && timer == PacingTimer::Precise)
-            .then(PreciseTimer::new)
-            .and_then(|r| {
-                r.map_err(|e| tracing::debug!("no precise pacing timer ({e}): tokio's timers"))
-                    .ok()
-            });
+        if !(self.pacing && timer == PacingTimer::Precise) {
+            self.precise = None;
+        } else if self.precise.is_none() {
+            self.precise = PreciseTimer::new()
+                .map_err(|e| tracing::debug!("no precise pacing timer ({e}): tokio's timers"))
+                .ok();
+        }
         self.counters.pacing_timer = self.pacing.then_some(if self.precise.is_some() {
             PacingTimer::Precise
         } else {

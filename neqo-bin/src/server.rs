@@ -3,6 +3,7 @@
 use std::{
     future::Future,
     net::SocketAddr,
+    ops::ControlFlow,
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -13,11 +14,11 @@ use std::{
 
 use anyhow::Context as _;
 use bytes::BytesMut;
-use quinn_proto::{ConnectionHandle, Dir, Event, ReadError, StreamEvent, StreamId, VarInt};
+use quinn_proto::{ConnectionHandle, Dir, Event, StreamEvent, StreamId, VarInt};
 use rustls::pki_types::CertificateDer;
 
 use crate::{
-    body::{PumpError, Pumped, Source},
+    body::{self, PumpError, Pumped, ReadEnd, Source},
     driver::{Admission, Application, Driver, DriverCounters},
     idmap::IdMap,
     pattern,
@@ -492,49 +493,29 @@ impl ServerApp {
         if st.source.is_some() {
             return;
         }
-        let mut fin = false;
         let mut too_long = false;
-        let mut reset = false;
-        {
-            let mut rs = conn.recv_stream(id);
-            let Ok(mut chunks) = rs.read(true) else {
-                return;
-            };
-            loop {
-                match chunks.next(usize::MAX) {
-                    Ok(Some(chunk)) => {
-                        self.report.bytes_received += chunk.bytes.len() as u64;
-                        match proto {
-                            Proto::Hq => {
-                                if st.request.len() + chunk.bytes.len() > MAX_REQUEST {
-                                    too_long = true;
-                                    break;
-                                }
-                                st.request.extend_from_slice(&chunk.bytes);
-                            }
-                            Proto::Perf => {
-                                let need = 8 - st.perf_header_len;
-                                let take = need.min(chunk.bytes.len());
-                                st.perf_header[st.perf_header_len..st.perf_header_len + take]
-                                    .copy_from_slice(&chunk.bytes[..take]);
-                                st.perf_header_len += take;
-                            }
-                        }
+        let bytes_received = &mut self.report.bytes_received;
+        let end = body::read_stream(conn, id, |chunk| {
+            *bytes_received += chunk.bytes.len() as u64;
+            match proto {
+                Proto::Hq => {
+                    if st.request.len() + chunk.bytes.len() > MAX_REQUEST {
+                        too_long = true;
+                        return ControlFlow::Break(());
                     }
-                    Ok(None) => {
-                        fin = true;
-                        break;
-                    }
-                    Err(ReadError::Blocked) => break,
-                    Err(ReadError::Reset(_)) => {
-                        reset = true;
-                        break;
-                    }
+                    st.request.extend_from_slice(&chunk.bytes);
+                }
+                Proto::Perf => {
+                    let need = 8 - st.perf_header_len;
+                    let take = need.min(chunk.bytes.len());
+                    st.perf_header[st.perf_header_len..st.perf_header_len + take]
+                        .copy_from_slice(&chunk.bytes[..take]);
+                    st.perf_header_len += take;
                 }
             }
-            let _ = chunks.finalize();
-        }
-        if reset {
+            ControlFlow::Continue(())
+        });
+        if matches!(end, ReadEnd::Reset(_)) {
             cs.streams.remove(&id);
             return;
         }
@@ -543,7 +524,7 @@ impl ServerApp {
             self.refuse(ch, conn, id);
             return;
         }
-        if !fin {
+        if end != ReadEnd::Fin {
             return;
         }
         let source = match proto {

@@ -13,6 +13,7 @@ use std::{
     collections::HashMap,
     io::{BufRead as _, BufReader},
     net::{SocketAddr, UdpSocket},
+    ops::ControlFlow,
     process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
@@ -25,6 +26,7 @@ use std::{
 use bytes::Bytes;
 use common::url;
 use neqo_bin::{
+    body::{self, ReadEnd},
     client::{self, ClientConfig},
     driver::{Application, Driver},
     pattern,
@@ -32,7 +34,7 @@ use neqo_bin::{
     tls::{self, ALPN_HQ, TransportOptions, Trust},
 };
 use quinn_proto::{
-    Connection, ConnectionError, ConnectionHandle, Dir, Event, ReadError, StreamEvent, StreamId,
+    Connection, ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId,
     TransportErrorCode,
 };
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
@@ -227,40 +229,19 @@ impl Swarm {
         if p.stream != Some(id) {
             return;
         }
-        let mut end = None;
-        {
-            let mut rs = conn.recv_stream(id);
-            let Ok(mut chunks) = rs.read(true) else {
-                return;
-            };
-            loop {
-                match chunks.next(usize::MAX) {
-                    Ok(Some(chunk)) => {
-                        if chunk.offset != p.received
-                            || !pattern::verify(chunk.offset, &chunk.bytes)
-                        {
-                            p.pattern_ok = false;
-                        }
-                        p.received += chunk.bytes.len() as u64;
-                        if p.body.len() < 1 << 16 {
-                            p.body.extend_from_slice(&chunk.bytes);
-                        }
-                    }
-                    Ok(None) => {
-                        end = Some(None);
-                        break;
-                    }
-                    Err(ReadError::Blocked) => break,
-                    Err(ReadError::Reset(code)) => {
-                        end = Some(Some(code));
-                        break;
-                    }
-                }
+        let reset = match body::read_stream(conn, id, |chunk| {
+            if chunk.offset != p.received || !pattern::verify(chunk.offset, &chunk.bytes) {
+                p.pattern_ok = false;
             }
-            let _ = chunks.finalize();
-        }
-        let Some(reset) = end else {
-            return;
+            p.received += chunk.bytes.len() as u64;
+            if p.body.len() < 1 << 16 {
+                p.body.extend_from_slice(&chunk.bytes);
+            }
+            ControlFlow::Continue(())
+        }) {
+            ReadEnd::Fin => None,
+            ReadEnd::Reset(code) => Some(code),
+            ReadEnd::Blocked | ReadEnd::Stopped => return,
         };
         let req = &self.requests[p.next];
         let ok = match (&req.expect, reset) {

@@ -196,6 +196,29 @@ pub(crate) unsafe fn stream_close(stream: HQUIC) {
     unsafe { f(stream) };
 }
 
+/// For a stream callback: whether `event` is SHUTDOWN_COMPLETE, the last event of the stream.
+/// If so the stream is closed (unless the application is already closing it), as msquic
+/// documents, and the callback frees its context.
+///
+/// # Safety
+/// `stream` must be the live handle the callback was called for, not used after `true`.
+pub(crate) unsafe fn stream_shutdown_complete(
+    stream: HQUIC,
+    event: &ffi::QUIC_STREAM_EVENT,
+) -> bool {
+    if event.Type != ffi::QUIC_STREAM_EVENT_TYPE_QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE {
+        return false;
+    }
+    // SAFETY: the union member matches the event type.
+    let done = unsafe { event.__bindgen_anon_1.SHUTDOWN_COMPLETE };
+    if done.AppCloseInProgress() == 0 {
+        // SAFETY: closing from SHUTDOWN_COMPLETE is the documented pattern; the caller does not
+        // use the handle again.
+        unsafe { stream_close(stream) };
+    }
+    true
+}
+
 /// Starts the shutdown of a connection (queued).
 ///
 /// # Safety

@@ -292,13 +292,8 @@ unsafe extern "C" fn server_stream_cb(
     let ctx = context.cast::<ServerStream>();
     // SAFETY: msquic passes a valid event for the duration of the callback.
     let event = unsafe { &*event };
-    if event.Type == ffi::QUIC_STREAM_EVENT_TYPE_QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE {
-        // SAFETY: the union member matches the event type.
-        let done = unsafe { event.__bindgen_anon_1.SHUTDOWN_COMPLETE };
-        if done.AppCloseInProgress() == 0 {
-            // SAFETY: closing from SHUTDOWN_COMPLETE is the documented pattern.
-            unsafe { raw::stream_close(stream) };
-        }
+    // SAFETY: `stream` is this callback's handle; after `true` it is not used again.
+    if unsafe { raw::stream_shutdown_complete(stream, event) } {
         // SAFETY: all sends completed before SHUTDOWN_COMPLETE and no other
         // frame references the context.
         drop(unsafe { Box::from_raw(ctx) });
