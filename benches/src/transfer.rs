@@ -345,14 +345,12 @@ impl Summary {
             self.lost_packets,
             self.cpu_per_unit(),
         );
-        let icmp = s.errors.icmp + c.errors.icmp;
-        let other = s.errors.serious() + c.errors.serious() - icmp;
-        if icmp > 0 {
-            // The server's last datagrams to a client that has closed its socket.
-            let _ = write!(out, "; ICMP errors {icmp}");
-        }
-        if other > 0 {
-            let _ = write!(out, "; other socket errors {other}");
+        let dropped = s.tx_dropped.total()
+            + c.tx_dropped.total()
+            + s.rx_dropped.total()
+            + c.rx_dropped.total();
+        if dropped > 0 {
+            let _ = write!(out, "; datagrams dropped by the sockets {dropped}");
         }
         out
     }

@@ -361,7 +361,7 @@ impl SendFixture {
         let mut sent = 0;
         while sent < datagrams {
             match self.socket.send(&batch) {
-                Ok(n) => sent += (n * segments) as u64,
+                Ok(s) => sent += (s.transmits * segments + s.partial / SEND_DATAGRAM) as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     self.socket.writable().await.expect("writable");
                 }

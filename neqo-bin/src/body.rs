@@ -1,27 +1,31 @@
 //! Streaming a body into a QUIC send stream chunk by chunk, and reading one out of a receive
 //! stream the same way.
 
-use std::{fs::File, io::Read, ops::ControlFlow};
+use std::ops::ControlFlow;
 
 use bytes::Bytes;
 use quinn_proto::{Chunk, Connection, ReadError, SendStream, StreamId, VarInt, WriteError};
 
 use crate::pattern;
 
-/// What a stream still has to send: an optional prefix, then generated pattern bytes or a
-/// file's contents, then FIN.
-#[derive(Debug, Default)]
+/// What a stream still has to send: an optional prefix, then generated pattern bytes or chunks
+/// fed in from elsewhere (a file read off the driver thread), then FIN.
+#[derive(Debug)]
 pub struct Source {
     /// Sent first (a request line, a perf length header).
     prefix: Option<Bytes>,
-    /// Pattern bytes already sent.
-    offset: u64,
-    /// Pattern bytes to send in all.
-    len: u64,
-    /// A file to send after the prefix, and a chunk read from it but not yet taken.
-    file: Option<(File, Option<Bytes>)>,
+    body: Body,
     /// Bytes handed to the stream so far.
     pub written: u64,
+}
+
+#[derive(Debug)]
+enum Body {
+    /// Pattern bytes: `offset` of `len` sent.
+    Pattern { offset: u64, len: u64 },
+    /// Chunks given to [`Source::feed`]: the one not yet (fully) written, and whether the last
+    /// one has been fed.
+    Fed { pending: Option<Bytes>, last: bool },
 }
 
 /// The result of [`Source::pump`].
@@ -31,55 +35,86 @@ pub enum Pumped {
     Finished,
     /// The stream's buffer is full; wait for a `Writable` event.
     Blocked,
+    /// A fed source has written all it was given: [`feed`](Source::feed) it more.
+    Starved,
+}
+
+/// The peer stopped the stream or the connection closed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamClosed;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Prefix,
+    Pattern,
+    Fed,
 }
 
 impl Source {
+    /// `prefix`, then `len` pattern bytes.
+    #[must_use]
     pub const fn pattern(prefix: Option<Bytes>, len: u64) -> Self {
         Self {
             prefix,
-            offset: 0,
-            len,
-            file: None,
+            body: Body::Pattern { offset: 0, len },
             written: 0,
         }
     }
 
-    pub const fn file(file: File) -> Self {
+    /// A body whose chunks come through [`feed`](Self::feed).
+    #[must_use]
+    pub const fn fed() -> Self {
         Self {
             prefix: None,
-            offset: 0,
-            len: 0,
-            file: Some((file, None)),
+            body: Body::Fed {
+                pending: None,
+                last: false,
+            },
             written: 0,
+        }
+    }
+
+    /// Gives a fed source its next chunk (only after [`Pumped::Starved`]); `is_last` when none
+    /// will follow. Does nothing to a pattern source.
+    pub fn feed(&mut self, chunk: Bytes, is_last: bool) {
+        if let Body::Fed { pending, last } = &mut self.body {
+            debug_assert!(pending.is_none() && !*last, "fed while not starved");
+            *pending = (!chunk.is_empty()).then_some(chunk);
+            *last = is_last;
+        }
+    }
+
+    /// The next chunk to write and where it came from; `Err` when there is none now.
+    fn next_chunk(&mut self) -> Result<(Bytes, Origin), Option<Pumped>> {
+        if let Some(p) = self.prefix.take() {
+            return Ok((p, Origin::Prefix));
+        }
+        match &mut self.body {
+            Body::Pattern { offset, len } if *offset < *len => {
+                Ok((pattern::chunk(*offset, *len - *offset), Origin::Pattern))
+            }
+            Body::Fed { pending, last } => match pending.take() {
+                Some(p) => Ok((p, Origin::Fed)),
+                None if !*last => Err(Some(Pumped::Starved)),
+                None => Err(None),
+            },
+            Body::Pattern { .. } => Err(None),
         }
     }
 
     /// Writes as much as the stream takes; finishes the stream when all is written.
-    pub fn pump(&mut self, stream: &mut SendStream<'_>) -> Result<Pumped, PumpError> {
+    ///
+    /// # Errors
+    /// The stream is stopped or gone.
+    pub fn pump(&mut self, stream: &mut SendStream<'_>) -> Result<Pumped, StreamClosed> {
         loop {
-            let (chunk, origin) = if let Some(p) = self.prefix.take() {
-                (p, Origin::Prefix)
-            } else if let Some((file, pending)) = &mut self.file {
-                if let Some(p) = pending.take() {
-                    (p, Origin::File)
-                } else {
-                    let mut buf = vec![0; pattern::CHUNK];
-                    let n = file.read(&mut buf).map_err(PumpError::File)?;
-                    if n == 0 {
-                        self.file = None;
-                        continue;
-                    }
-                    buf.truncate(n);
-                    (Bytes::from(buf), Origin::File)
+            let (chunk, origin) = match self.next_chunk() {
+                Ok(c) => c,
+                Err(Some(wait)) => return Ok(wait),
+                Err(None) => {
+                    stream.finish().map_err(|_| StreamClosed)?;
+                    return Ok(Pumped::Finished);
                 }
-            } else if self.offset < self.len {
-                (
-                    pattern::chunk(self.offset, self.len - self.offset),
-                    Origin::Pattern,
-                )
-            } else {
-                stream.finish().map_err(|_| PumpError::Closed)?;
-                return Ok(Pumped::Finished);
             };
             let total = chunk.len();
             let mut chunks = [chunk];
@@ -87,45 +122,25 @@ impl Source {
                 Ok(w) => w.bytes,
                 Err(WriteError::Blocked) => 0,
                 Err(WriteError::Stopped(_) | WriteError::ClosedStream) => {
-                    return Err(PumpError::Closed);
+                    return Err(StreamClosed);
                 }
             };
             self.written += written as u64;
-            if written < total {
-                // write_chunks advanced the chunk past what it took.
-                let [rest] = chunks;
-                match origin {
-                    Origin::Prefix => self.prefix = Some(rest),
-                    Origin::File => {
-                        if let Some((_, pending)) = &mut self.file {
-                            *pending = Some(rest);
-                        }
-                    }
-                    Origin::Pattern => self.offset += written as u64,
+            // write_chunks advanced the chunk past what it took.
+            let [rest] = chunks;
+            match (origin, &mut self.body) {
+                (Origin::Prefix, _) if written < total => self.prefix = Some(rest),
+                (Origin::Pattern, Body::Pattern { offset, .. }) => *offset += written as u64,
+                (Origin::Fed, Body::Fed { pending, .. }) if written < total => {
+                    *pending = Some(rest);
                 }
-                return Ok(Pumped::Blocked);
+                _ => {}
             }
-            if origin == Origin::Pattern {
-                self.offset += written as u64;
+            if written < total {
+                return Ok(Pumped::Blocked);
             }
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Origin {
-    Prefix,
-    File,
-    Pattern,
-}
-
-/// Why a body could not be sent.
-#[derive(Debug)]
-pub enum PumpError {
-    /// The peer stopped the stream or the connection closed it.
-    Closed,
-    /// Reading the file failed.
-    File(std::io::Error),
 }
 
 /// Where reading a receive stream stopped.
@@ -137,7 +152,7 @@ pub enum ReadEnd {
     Fin,
     /// The peer reset the stream with this code.
     Reset(VarInt),
-    /// The caller's `on_chunk` asked to stop.
+    /// The caller's `on_chunk` asked to stop, or its byte limit was reached.
     Stopped,
 }
 
@@ -147,15 +162,34 @@ pub enum ReadEnd {
 pub fn read_stream(
     conn: &mut Connection,
     id: StreamId,
+    on_chunk: impl FnMut(Chunk) -> ControlFlow<()>,
+) -> ReadEnd {
+    read_stream_up_to(conn, id, usize::MAX, on_chunk)
+}
+
+/// As [`read_stream`], but hands over at most `max` bytes: what is not read stays in the stream
+/// and holds the peer back by flow control (backpressure from a slow consumer).
+pub fn read_stream_up_to(
+    conn: &mut Connection,
+    id: StreamId,
+    max: usize,
     mut on_chunk: impl FnMut(Chunk) -> ControlFlow<()>,
 ) -> ReadEnd {
+    if max == 0 {
+        return ReadEnd::Stopped;
+    }
     let mut rs = conn.recv_stream(id);
     let Ok(mut chunks) = rs.read(true) else {
         return ReadEnd::Blocked;
     };
+    let mut left = max;
     let end = loop {
-        match chunks.next(usize::MAX) {
+        if left == 0 {
+            break ReadEnd::Stopped;
+        }
+        match chunks.next(left) {
             Ok(Some(chunk)) => {
+                left -= chunk.bytes.len();
                 if on_chunk(chunk).is_break() {
                     break ReadEnd::Stopped;
                 }

@@ -121,7 +121,7 @@ pub struct ServerArgs {
     /// Address to listen on (repeatable); `[::]` is dual-stack.
     #[arg(long, default_value = "[::]:4433")]
     pub listen: Vec<SocketAddr>,
-    /// Serve files from this directory (`/N` without such a file is generated).
+    /// Serve files from this directory (`/N`, digits only, is always generated).
     #[arg(long)]
     pub root: Option<PathBuf>,
     /// PEM certificate chain (with --key); else a self-signed one for localhost.
@@ -171,7 +171,7 @@ pub struct ClientArgs {
     /// perf: bytes to upload per request (K/M/G suffixes).
     #[arg(long, value_parser = parse_size, default_value = "0")]
     pub upload: u64,
-    /// Save bodies here (else `/N` bodies are verified and discarded).
+    /// Save bodies here (`/N` bodies are verified either way).
     #[arg(long)]
     pub output_dir: Option<PathBuf>,
     /// Do not verify the server's certificate.
@@ -245,15 +245,7 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
             .collect();
         println!("neqo-server listening on {}", addrs.join(", "));
         let _ = std::io::stdout().flush();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        server
-            .run(async move {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            })
-            .await
+        server.run(shutdown_signal()?).await
     })?;
     if args.io.stats {
         eprintln!("neqo-server exit stats: {}", report.summary());
@@ -262,6 +254,27 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         write_json(path, &report)?;
     }
     Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM; elsewhere on Ctrl-C, the only stop request there is.
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        Ok(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
 }
 
 /// Runs `neqo-client`; non-zero when any request failed.
@@ -286,9 +299,6 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
     let mut urls = Vec::new();
     for u in &args.urls {
         urls.push(url::Url::parse(u).map_err(|e| anyhow::anyhow!("bad URL {u:?}: {e}"))?);
-    }
-    for u in &urls {
-        client::resolve(u)?;
     }
     let trust = if args.insecure {
         Trust::Insecure

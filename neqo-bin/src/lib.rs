@@ -4,15 +4,22 @@
 //! - [`driver`]: the single-threaded endpoint driver.
 //! - [`server`]: [`server::ServerHandle::start`] runs a server on its own thread.
 //! - [`client`]: [`client::run`] runs a client to completion and reports.
+//! - [`hq`], [`perf`], [`pattern`]: the two protocols' rules and the generated body, free of
+//!   any QUIC stack so that other peers can share them.
+//! - [`body`]: bodies in and out of quinn-proto streams; [`disk`]: file work off the driver
+//!   thread.
 
 pub mod body;
 pub mod cli;
 pub mod client;
+pub mod disk;
 pub mod driver;
+pub mod hq;
 pub mod idmap;
 pub mod pacer;
 pub mod pattern;
+pub mod perf;
 pub mod precise_timer;
+pub mod report;
 pub mod server;
-pub mod timers;
 pub mod tls;

@@ -4,11 +4,10 @@
 //!
 //! The bucket holds [`QUANTUM`] of the rate (at least [`MIN_BURST`] datagrams, at most cwnd)
 //! and, in the send round of a pacing wake-up that came late, that lateness's worth too, so
-//! that late wake-ups do not cost rate. With [`PreciseTimer`] (Linux) wake-ups come tens of
-//! microseconds late: a 20 ms, 100 Mbit/s path gets runs of one to three datagrams spread over
-//! the RTT where a bucket sized for tokio's 1 ms timer grid released a millisecond's ten or
-//! more at once. On tokio's timers (elsewhere) the lateness makes the bucket about that
-//! millisecond of the rate, as it must be to sustain the rate.
+//! that late wake-ups do not cost rate. With [`PreciseTimer`] (Linux) wake-ups come only
+//! microseconds late, so the bucket stays small and runs short; on tokio's timers (elsewhere)
+//! the lateness makes the bucket about a millisecond of the rate, as it must be to sustain
+//! the rate. `docs/performance.md` has the measurements.
 
 use std::time::{Duration, Instant};
 
@@ -80,11 +79,10 @@ impl Pacer {
     /// or the bucket's [`QUANTUM`] of the rate (at most cwnd) where that is more.
     ///
     /// Runs of one connection in one send round leave back to back anyway, so what bounds a
-    /// burst on the wire is the bucket, not this limit. A fixed 10 only multiplied transmits
-    /// where the rate is high: on loopback, where 250 us of the rate is most of cwnd, paced
-    /// runs of 10 cost about 15 % more CPU per byte than runs of what the bucket held. At
-    /// rates where 250 us is under 10 datagrams (below about 470 Mbit/s at 1452 bytes), the
-    /// limit stays 10, so a late wake-up's catch-up still leaves in runs of at most 10.
+    /// burst on the wire is the bucket, not this limit; a fixed 10 would only multiply
+    /// transmits (and their per-transmit cost) where the rate is high. Where 250 us of the
+    /// rate is under 10 datagrams the limit stays 10, so a late wake-up's catch-up still
+    /// leaves in runs of at most 10.
     #[must_use]
     #[expect(
         clippy::cast_precision_loss,
@@ -134,13 +132,24 @@ impl Pacer {
         self.tokens = (self.tokens + elapsed * rate).min(capacity);
         // A hair of slack for floating point: woken exactly at the release time, go.
         if self.tokens + 1e-6 >= mtu_f {
+            self.release = None;
             Ok(((self.tokens / mtu_f) as usize).clamp(1, Self::run_limit(rate, cwnd, mtu)))
         } else {
-            let wait = (mtu_f - self.tokens) / rate;
-            let at = now + Duration::from_secs_f64(wait);
+            // Never "now": a release time rounded down to the current instant would be refused
+            // again at once, without the clock having moved.
+            let wait =
+                Duration::from_secs_f64((mtu_f - self.tokens) / rate).max(Duration::from_micros(1));
+            let at = now + wait;
             self.release = Some(at);
             Err(at)
         }
+    }
+
+    /// When the last refusal said a datagram could leave, until a call at or after it (or one
+    /// that lets datagrams leave) makes it moot: the driver wakes the connection then.
+    #[must_use]
+    pub const fn release(&self) -> Option<Instant> {
+        self.release
     }
 
     /// Takes `bytes` that just left.

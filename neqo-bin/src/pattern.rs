@@ -1,14 +1,22 @@
-//! The generated body pattern: the byte at offset `k` is `k % 256`.
+//! The generated body pattern of `hq-interop` `/N` responses and `perf` transfers: the byte at
+//! body offset `k` is `k % 256`.
 //!
-//! Chunks are slices of one static buffer, so streaming a generated body allocates nothing
-//! and copies nothing until quinn-proto encrypts it into a packet.
+//! Pieces of the pattern are slices of one static table, so sending a generated body of any
+//! length allocates nothing and copies nothing on the sender's side. Nothing here depends on a
+//! QUIC stack: [`slice`] suits a peer that sends from `&'static [u8]` buffers, [`chunk`] one
+//! that takes [`Bytes`].
 
 use bytes::Bytes;
 
-/// Largest chunk [`chunk`] hands out.
+/// Largest piece [`chunk`] hands out (and the size of a file read, see `disk`): big enough to
+/// amortise per-chunk work, small enough to bound what a stream holds.
 pub const CHUNK: usize = 64 * 1024;
 
-const TABLE_LEN: usize = CHUNK + 256;
+/// Largest piece [`slice`] hands out.
+pub const MAX_SLICE: usize = 256 * 1024;
+
+/// `MAX_SLICE` bytes from any starting phase `0..256`.
+const TABLE_LEN: usize = MAX_SLICE + 256;
 
 static TABLE: [u8; TABLE_LEN] = build();
 
@@ -23,33 +31,47 @@ const fn build() -> [u8; TABLE_LEN] {
     t
 }
 
-/// The pattern bytes from `offset`, at most `max` (and at most [`CHUNK`]) of them.
+/// The pattern byte at body offset `offset`.
+#[must_use]
+#[expect(clippy::cast_possible_truncation, reason = "offset % 256 fits a byte")]
+pub const fn byte_at(offset: u64) -> u8 {
+    (offset % 256) as u8
+}
+
+/// The pattern bytes from body offset `offset`: `max` of them, but at most [`MAX_SLICE`].
+#[must_use]
+pub fn slice(offset: u64, max: u64) -> &'static [u8] {
+    let start = usize::from(byte_at(offset));
+    let len = usize::try_from(max).unwrap_or(usize::MAX).min(MAX_SLICE);
+    &TABLE[start..start + len]
+}
+
+/// The pattern bytes from body offset `offset`: `max` of them, but at most [`CHUNK`].
 #[must_use]
 pub fn chunk(offset: u64, max: u64) -> Bytes {
-    let start = (offset % 256) as usize;
-    let len = usize::try_from(max).unwrap_or(usize::MAX).min(CHUNK);
-    Bytes::from_static(&TABLE[start..start + len])
+    Bytes::from_static(slice(offset, max.min(CHUNK as u64)))
 }
 
-/// Whether `data`, found at `offset` of a body, matches the pattern.
+/// The body offset of the first byte of `data` (found at body offset `offset`) that differs
+/// from the pattern, if any.
+#[must_use]
+pub fn first_mismatch(offset: u64, data: &[u8]) -> Option<u64> {
+    let mut at = offset;
+    for piece in data.chunks(MAX_SLICE) {
+        let expected = slice(at, piece.len() as u64);
+        if piece != expected {
+            let i = piece.iter().zip(expected).position(|(a, b)| a != b)?;
+            return Some(at + i as u64);
+        }
+        at += piece.len() as u64;
+    }
+    None
+}
+
+/// Whether `data`, found at body offset `offset`, matches the pattern.
 #[must_use]
 pub fn verify(offset: u64, data: &[u8]) -> bool {
-    let mut off = offset;
-    data.chunks(CHUNK).all(|piece| {
-        let ok = piece == &chunk(off, piece.len() as u64)[..];
-        off += piece.len() as u64;
-        ok
-    })
-}
-
-/// The length a path of only digits (`/N`) asks for, if it is one.
-#[must_use]
-pub fn generated_len(path: &str) -> Option<u64> {
-    let digits = path.strip_prefix('/')?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    first_mismatch(offset, data).is_none()
 }
 
 #[cfg(test)]
@@ -65,18 +87,34 @@ mod tests {
             &[(1000 % 256) as u8, (1001 % 256) as u8]
         );
         assert_eq!(chunk(7, 1 << 40).len(), CHUNK);
-        let long: Vec<u8> = (0..200_000u64).map(|k| (k % 256) as u8).collect();
-        assert!(verify(0, &long));
-        assert!(verify(3, &long[3..]));
-        assert!(!verify(4, &long[3..]));
+        assert_eq!(slice(7, 1 << 40).len(), MAX_SLICE);
+        assert!(chunk(5, 0).is_empty());
+        for offset in [
+            0u64,
+            1,
+            255,
+            256,
+            1000,
+            u64::from(u32::MAX) + 7,
+            u64::MAX - 3,
+        ] {
+            let s = slice(offset, 600);
+            for (i, b) in s.iter().enumerate() {
+                assert_eq!(*b, byte_at(offset.wrapping_add(i as u64)), "{offset} + {i}");
+            }
+        }
     }
 
     #[test]
-    fn generated_paths() {
-        assert_eq!(generated_len("/123"), Some(123));
-        assert_eq!(generated_len("/0"), Some(0));
-        assert_eq!(generated_len("/"), None);
-        assert_eq!(generated_len("/12a"), None);
-        assert_eq!(generated_len("/index.html"), None);
+    fn mismatches_are_located() {
+        let mut long: Vec<u8> = (0..3 * MAX_SLICE as u64 + 7).map(byte_at).collect();
+        assert!(verify(0, &long));
+        assert!(verify(3, &long[3..]));
+        assert!(!verify(4, &long[3..]));
+        assert_eq!(first_mismatch(4, &long[3..]), Some(4));
+        long[MAX_SLICE + 17] ^= 1;
+        assert_eq!(first_mismatch(0, &long), Some(MAX_SLICE as u64 + 17));
+        assert!(!verify(0, &long));
+        assert_eq!(first_mismatch(0, &[]), None);
     }
 }

@@ -188,9 +188,8 @@ pub fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
 
 /// ring with TLS 1.3's mandatory AES-128-GCM-SHA256 preferred. ring's default order puts
 /// AES-256-GCM-SHA384 first: 14 AES rounds instead of 10 on every packet, and SHA-384 (no
-/// SHA extensions on x86) for the handshake's transcript and key schedule, which made SHA-512
-/// blocks 12% of a handshake. Every suite stays offered, so peers preferring another still
-/// get it.
+/// SHA extensions on x86) for the handshake's transcript and key schedule. Every suite stays
+/// offered, so peers preferring another still get it.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     use rustls::crypto::ring::cipher_suite;
     Arc::new(rustls::crypto::CryptoProvider {

@@ -2,88 +2,56 @@
 //! clean shutdown and the command-line errors.
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
-    time::{Duration, Instant},
+    process::Command,
+    time::Duration,
 };
+
+use test_fixtures::{Measured, Server, run};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
 const CLIENT: &str = env!("CARGO_BIN_EXE_neqo-client");
 
-/// A server process, killed when dropped.
-struct Server {
-    child: Child,
-    addr: String,
-}
+/// How long a server may take to say where it listens, and a command to finish.
+const LIMIT: Duration = Duration::from_secs(60);
 
-impl Server {
-    fn start(args: &[&str]) -> Self {
-        Self::try_start(args)
-            .unwrap_or_else(|(line, stderr)| panic!("server did not start: {line:?} {stderr}"))
-    }
-
-    fn try_start(args: &[&str]) -> Result<Self, (String, String)> {
-        let mut child = Command::new(SERVER)
+/// `neqo-server --listen 127.0.0.1:0 ARGS...`, killed when dropped.
+fn start_server(args: &[&str]) -> Server {
+    Server::start(
+        Command::new(SERVER)
             .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-        match line.trim().strip_prefix("neqo-server listening on ") {
-            Some(addr) => Ok(Self {
-                addr: addr.split(", ").next().unwrap().to_owned(),
-                child,
-            }),
-            None => {
-                let out = child.wait_with_output().unwrap();
-                Err((line, String::from_utf8_lossy(&out.stderr).into_owned()))
-            }
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("https://{}{path}", self.addr)
-    }
-
-    /// SIGTERM, then wait (bounded) for a clean exit.
-    fn terminate(mut self) -> Output {
-        // SAFETY: signalling our own child.
-        unsafe {
-            libc::kill(i32::try_from(self.child.id()).unwrap(), libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "server ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
-        child.wait_with_output().unwrap()
-    }
+            .args(args),
+        LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("server did not start: {e}"))
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn url(server: &Server, path: &str) -> String {
+    format!("https://{}{path}", server.addr())
 }
 
-fn client(args: &[&str]) -> Output {
-    Command::new(CLIENT)
-        .args(["--no-progress", "--idle-timeout", "5"])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+/// SIGTERM, then wait (bounded) for a clean exit.
+#[cfg(unix)]
+fn terminate(server: Server) -> Measured {
+    let out = server.stop().unwrap();
+    let grace = test_fixtures::STOP_GRACE;
+    assert!(!out.killed, "server ignored SIGTERM for {grace:?}");
+    out
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+/// `neqo-server ARGS...` run to its end: for arguments it must refuse.
+fn server_run(args: &[&str]) -> Measured {
+    run(Command::new(SERVER).args(args), LIMIT).unwrap()
+}
+
+fn client(args: &[&str]) -> Measured {
+    run(
+        Command::new(CLIENT)
+            .args(["--no-progress", "--idle-timeout", "5"])
+            .args(args),
+        LIMIT,
+    )
+    .unwrap()
 }
 
 /// A JSON report a binary wrote.
@@ -99,18 +67,20 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// (Unix: the clean shutdown is on SIGTERM, which Windows has not.)
+#[cfg(unix)]
 #[test]
 fn download_with_json_reports_and_clean_shutdown() {
     let server_json = tmp("server.json");
-    let server = Server::start(&["--stats", "--json", server_json.to_str().unwrap()]);
+    let server = start_server(&["--stats", "--json", server_json.to_str().unwrap()]);
     let json = tmp("client.json");
     let out = client(&[
-        &server.url("/10000000"),
+        &url(&server, "/10000000"),
         "--insecure",
         "--json",
         json.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.success(), "{}", out.stderr);
     let v = read_json(&json);
     for key in [
         "bytes_received",
@@ -133,24 +103,24 @@ fn download_with_json_reports_and_clean_shutdown() {
     // The pacer on tokio's timers, as the JSON report says; a timer that does not exist is
     // refused by name.
     let out = client(&[
-        &server.url("/1000000"),
+        &url(&server, "/1000000"),
         "--insecure",
         "--pacing-timer",
         "tokio",
         "--json",
         json.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.success(), "{}", out.stderr);
     let v = read_json(&json);
     assert_eq!(v["driver"]["pacing_timer"], "tokio", "{v}");
     assert_eq!(v["bytes_received"], 1_000_000);
-    let out = client(&[&server.url("/1"), "--insecure", "--pacing-timer", "hpet"]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("--pacing-timer"), "{}", stderr(&out));
+    let out = client(&[&url(&server, "/1"), "--insecure", "--pacing-timer", "hpet"]);
+    assert!(!out.success());
+    assert!(out.stderr.contains("--pacing-timer"), "{}", out.stderr);
 
-    let out = server.terminate();
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("exit stats"), "{}", stderr(&out));
+    let out = terminate(server);
+    assert!(out.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("exit stats"), "{}", out.stderr);
     let s = read_json(&server_json);
     // Both downloads; the refused flag never reached it.
     assert_eq!(s["bytes_sent"], 11_000_000);
@@ -166,31 +136,25 @@ fn ipv6_single_mode_no_pacing_perf_with_ca() {
         rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "::1".to_owned()]).unwrap();
     std::fs::write(&cert, ck.cert.pem()).unwrap();
     std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
-    let mut child = Command::new(SERVER)
-        .args(["--listen", "[::1]:0", "--io", "single", "--no-pacing"])
-        .args([
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-    let server = Server {
-        addr: line
-            .trim()
-            .strip_prefix("neqo-server listening on ")
-            .expect("listening")
-            .to_owned(),
-        child,
-    };
-    assert!(server.addr.starts_with("[::1]"), "{}", server.addr);
+    let server = Server::start(
+        Command::new(SERVER)
+            .args(["--listen", "[::1]:0", "--io", "single", "--no-pacing"])
+            .args([
+                "--cert",
+                cert.to_str().unwrap(),
+                "--key",
+                key.to_str().unwrap(),
+            ]),
+        LIMIT,
+    )
+    .expect("listening");
+    assert!(
+        server.addr().to_string().starts_with("[::1]"),
+        "{}",
+        server.addr()
+    );
     let out = client(&[
-        &server.url("/"),
+        &url(&server, "/"),
         "--ca",
         cert.to_str().unwrap(),
         "--alpn",
@@ -207,7 +171,7 @@ fn ipv6_single_mode_no_pacing_perf_with_ca() {
         "--json",
         json.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.success(), "{}", out.stderr);
     let v = read_json(&json);
     assert_eq!(
         v["driver"]["pacing_timer"],
@@ -220,109 +184,127 @@ fn ipv6_single_mode_no_pacing_perf_with_ca() {
 fn bad_url_fails() {
     for u in ["not a url", "http://127.0.0.1:1/", "https:///x"] {
         let out = client(&[u, "--insecure"]);
-        assert!(!out.status.success());
-        assert!(stderr(&out).contains("bad URL"), "{u}: {}", stderr(&out));
+        assert!(!out.success());
+        assert!(out.stderr.contains("bad URL"), "{u}: {}", out.stderr);
     }
 }
 
 #[test]
 fn port_in_use_fails() {
-    let first = Server::start(&[]);
-    let out = Command::new(SERVER)
-        .args(["--listen", &first.addr])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains(&first.addr), "{}", stderr(&out));
+    let first = start_server(&[]);
+    let addr = first.addr().to_string();
+    let out = server_run(&["--listen", &addr]);
+    assert!(!out.success());
+    assert!(out.stderr.contains(&addr), "{}", out.stderr);
     assert!(
-        stderr(&out).to_lowercase().contains("in use"),
+        out.stderr.to_lowercase().contains("in use"),
         "{}",
-        stderr(&out)
+        out.stderr
     );
 }
 
 #[test]
 fn missing_cert_or_root_fails() {
-    let out = Command::new(SERVER)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--cert",
-            "/nonexistent/cert.pem",
-            "--key",
-            "/nonexistent/key.pem",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
+    let out = server_run(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--cert",
+        "/nonexistent/cert.pem",
+        "--key",
+        "/nonexistent/key.pem",
+    ]);
+    assert!(!out.success());
     assert!(
-        stderr(&out).contains("/nonexistent/cert.pem"),
+        out.stderr.contains("/nonexistent/cert.pem"),
         "{}",
-        stderr(&out)
+        out.stderr
     );
-    let out = Command::new(SERVER)
-        .args(["--listen", "127.0.0.1:0", "--root", "/nonexistent/root"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("--root"), "{}", stderr(&out));
+    let out = server_run(&["--listen", "127.0.0.1:0", "--root", "/nonexistent/root"]);
+    assert!(!out.success());
+    assert!(out.stderr.contains("--root"), "{}", out.stderr);
 }
 
 #[test]
 fn untrusted_certificate_and_wrong_alpn_fail() {
-    let server = Server::start(&["--alpn", "hq-interop"]);
-    let out = client(&[&server.url("/10")]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("--insecure"), "{}", stderr(&out));
+    let server = start_server(&["--alpn", "hq-interop"]);
+    let out = client(&[&url(&server, "/10")]);
+    assert!(!out.success());
+    assert!(out.stderr.contains("--insecure"), "{}", out.stderr);
     let out = client(&[
-        &server.url("/"),
+        &url(&server, "/"),
         "--insecure",
         "--alpn",
         "perf",
         "--download",
         "10",
     ]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("ALPN"), "{}", stderr(&out));
-    let out = client(&[&server.url("/"), "--insecure", "--alpn", "h3"]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("ALPN"), "{}", stderr(&out));
+    assert!(!out.success());
+    assert!(out.stderr.contains("ALPN"), "{}", out.stderr);
+    let out = client(&[&url(&server, "/"), "--insecure", "--alpn", "h3"]);
+    assert!(!out.success());
+    assert!(out.stderr.contains("ALPN"), "{}", out.stderr);
 }
 
+#[cfg(unix)]
 #[test]
 fn refused_path_fails_the_client_and_the_server_goes_on() {
-    let server = Server::start(&["--root", std::env::temp_dir().to_str().unwrap()]);
-    let out = client(&[&server.url("//etc/passwd"), "--insecure"]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("reset"), "{}", stderr(&out));
+    let server = start_server(&["--root", std::env::temp_dir().to_str().unwrap()]);
+    let out = client(&[&url(&server, "//etc/passwd"), "--insecure"]);
+    assert!(!out.success());
+    assert!(out.stderr.contains("reset"), "{}", out.stderr);
     let out = client(&[
-        &server.url("/1000"),
-        &server.url("/2000"),
+        &url(&server, "/1000"),
+        &url(&server, "/2000"),
         "--insecure",
         "-n",
         "3",
         "--parallel",
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let out = server.terminate();
-    assert!(stderr(&out).contains("refusing"), "{}", stderr(&out));
+    assert!(out.success(), "{}", out.stderr);
+    let out = terminate(server);
+    assert!(out.stderr.contains("refusing"), "{}", out.stderr);
+}
+
+/// Files under `--root` reach `--output-dir` byte-exact between the two binaries; `/N` is
+/// generated even where a file named N exists.
+#[test]
+fn root_files_reach_the_output_dir_byte_exact() {
+    let root = tmp("root");
+    let out = tmp("out");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    let big: Vec<u8> = (0..1_500_007u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(root.join("sub/big.bin"), &big).unwrap();
+    std::fs::write(root.join("300"), b"not the body of /300").unwrap();
+    let server = start_server(&["--root", root.to_str().unwrap()]);
+    let output = client(&[
+        &url(&server, "/sub/big.bin"),
+        &url(&server, "/300"),
+        "--insecure",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.success(), "{}", output.stderr);
+    assert!(std::fs::read(out.join("big.bin")).unwrap() == big);
+    let generated: Vec<u8> = (0..300u32).map(|k| (k % 256) as u8).collect();
+    assert_eq!(std::fs::read(out.join("300")).unwrap(), generated);
 }
 
 #[test]
 fn sslkeylogfile_is_honoured() {
-    let server = Server::start(&[]);
+    let server = start_server(&[]);
     let keylog = tmp("keys.log");
     let _ = std::fs::remove_file(&keylog);
-    let out = Command::new(CLIENT)
-        .args([&server.url("/100"), "--insecure", "--no-progress"])
-        .env("SSLKEYLOGFILE", &keylog)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(
+        Command::new(CLIENT)
+            .args([&url(&server, "/100"), "--insecure", "--no-progress"])
+            .env("SSLKEYLOGFILE", &keylog),
+        LIMIT,
+    )
+    .unwrap();
+    assert!(out.success(), "{}", out.stderr);
     let text = std::fs::read_to_string(&keylog).unwrap();
     assert!(text.contains("CLIENT_HANDSHAKE_TRAFFIC_SECRET"), "{text}");
 }

@@ -1,4 +1,4 @@
-//! Downloads through the impairment relay (`test_fixtures::relay`) on loopback: loss,
+//! Downloads through the impairment relay (`neqo_relay`) on loopback: loss,
 //! reordering, duplication, corruption, a handshake under heavy loss, and a 20 ms RTT,
 //! 100 Mbit/s path with the driver's pacing on and off.
 //!
@@ -30,7 +30,7 @@ use neqo_bin::{
     server::{ServerConfig, ServerHandle, ServerReport},
     tls::{TransportOptions, Trust},
 };
-use test_fixtures::relay::{Impairment, Relay, RelayConfig, RelayStats};
+use neqo_relay::{Impairment, Relay, RelayConfig, RelayStats};
 
 const MIB: u64 = 1 << 20;
 
@@ -225,7 +225,7 @@ fn download_20mib_with_1_percent_corruption() {
 
 /// Which of the first `n` datagrams a relay link seeded with `seed` delivers at loss `p`.
 ///
-/// This mirrors `test_fixtures::relay`'s documented draw order (per datagram: loss, corrupt,
+/// This mirrors `neqo_relay`'s documented draw order (per datagram: loss, corrupt,
 /// duplicate, reorder, jitter as f64, then the bit to flip as u64), to pick seeds whose first
 /// datagrams meet a given fate; `handshake_under_30_percent_loss` checks the relay's counts
 /// against it.
@@ -244,7 +244,7 @@ fn delivered(seed: u64, p: f64, n: usize) -> Vec<bool> {
         .collect()
 }
 
-/// The seed of the relay's server-to-client link, as `test_fixtures::relay` derives it.
+/// The seed of the relay's server-to-client link, as `neqo_relay` derives it.
 const fn to_client_seed(seed: u64) -> u64 {
     seed.wrapping_add(0x9e37_79b9_7f4a_7c15)
 }

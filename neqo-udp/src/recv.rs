@@ -10,22 +10,22 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
+use crate::{
+    config::{Config, RECV_SLOT_SIZE},
+    stats::RxDrop,
+    transmit::EcnCodepoint,
+};
 use bytes::BytesMut;
-use quinn_udp::EcnCodepoint;
-
-use crate::config::{Config, RECV_SLOT_SIZE};
 
 /// A slot whose contents (one datagram, or a short GRO run) are at most this long is copied
 /// out of its 64 KiB buffer; longer ones are cut from it without a copy.
 ///
 /// A datagram cut from a slot shares the slot's allocation, and a QUIC stack keeps received
-/// data (out-of-order stream frames) as slices of it until the gap before it is filled. A
-/// slot that got one 1.2 KB datagram then pins 64 KiB per buffered packet: a 64 MiB download
-/// over a lossy path from a sender without GSO peaked at 72 MB of client RSS, against 21 MB
-/// with small slots copied (see the commit that made this apply to both I/O modes). Copying
-/// costs one allocation and a memcpy of at most 4 KiB, and the slot keeps its buffer for the
-/// next receive instead of allocating a fresh 64 KiB; GRO runs longer than 4 KiB, which carry
-/// the bulk of a fast transfer, are still cut without a copy.
+/// data (out-of-order stream frames) as slices of it until the gap before it is filled: a
+/// slot that got one datagram would pin 64 KiB per buffered packet. Copying costs one
+/// allocation and a memcpy of at most 4 KiB, and the slot keeps its buffer for the next
+/// receive; GRO runs longer than that, which carry the bulk of a fast transfer, are still cut
+/// without a copy. `docs/performance.md` has the measurement.
 pub(crate) const COPY_UP_TO: usize = 4096;
 
 /// One received datagram.
@@ -52,8 +52,9 @@ pub(crate) struct SlotMeta {
     pub(crate) source: SocketAddr,
     pub(crate) destination: Option<IpAddr>,
     pub(crate) ecn: Option<EcnCodepoint>,
-    /// `MSG_TRUNC`: the datagram was longer than the slot.
-    pub(crate) truncated: bool,
+    /// Why the slot's datagrams are dropped rather than handed up, and how many there were
+    /// (its length is then 0).
+    pub(crate) dropped: Option<(RxDrop, usize)>,
 }
 
 impl Default for SlotMeta {
@@ -64,7 +65,7 @@ impl Default for SlotMeta {
             source: SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
             destination: None,
             ecn: None,
-            truncated: false,
+            dropped: None,
         }
     }
 }

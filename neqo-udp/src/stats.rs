@@ -1,4 +1,8 @@
 //! Counters of what a socket did, always on: relaxed atomic adds, a few per syscall.
+//!
+//! Datagrams are counted one by one (a GSO or GRO run of 40 segments is 40), so that on the
+//! send side every datagram handed in is accounted for exactly once:
+//! handed in = [`DirectionStats::datagrams`] sent + [`TxDropped::total`] + still queued.
 
 use std::{
     fmt,
@@ -9,45 +13,109 @@ use std::{
 /// `2^i ..= 2^(i+1) - 1` datagrams (so 1, 2-3, 4-7, ..., 64-127, 128+).
 pub const HISTOGRAM_BUCKETS: usize = 8;
 
-/// Errors and anomalies, by kind. Each is something a caller may want to see in a report.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ErrorCounts {
-    /// `EINTR`, retried.
-    pub interrupted: u64,
-    /// `EAGAIN`/`EWOULDBLOCK` returned to the caller.
-    pub would_block: u64,
-    /// Transmits dropped because the kernel said `EMSGSIZE` (too big for the path, e.g. a
-    /// PMTU probe).
-    pub msg_size: u64,
-    /// Transmits dropped because the kernel said `ENOBUFS` (no writable wake-up would follow).
-    pub no_buffers: u64,
-    /// GSO sends that failed with `EIO`/`EINVAL` and were resent as separate datagrams; after
-    /// the first, GSO is off for the socket.
-    pub gso_fallback: u64,
-    /// ICMP-driven errors reported by the kernel (port/host/network unreachable, ...).
-    pub icmp: u64,
-    /// Received datagrams longer than their buffer (`MSG_TRUNC`), dropped.
-    pub truncated: u64,
-    /// Received datagrams of zero length, skipped.
-    pub empty: u64,
-    /// Transmits dropped after an unexpected error repeated on the same transmit.
-    pub send_dropped_other: u64,
-    /// Other errors seen (and returned or retried).
-    pub other: u64,
+/// A snapshot struct of plain `u64` counters, with its live atomic twin and the arithmetic
+/// both need.
+macro_rules! counters {
+    (
+        $(#[$meta:meta])*
+        $name:ident / $live:ident / $kind:ident {
+            $($(#[$fmeta:meta])* $field:ident = $variant:ident,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: u64,)*
+        }
+
+        impl $name {
+            /// Counts accumulated since `earlier`.
+            #[must_use]
+            pub const fn since(&self, earlier: &Self) -> Self {
+                Self { $($field: self.$field.saturating_sub(earlier.$field),)* }
+            }
+
+            /// Adds `other`'s counts to these.
+            pub const fn add(&mut self, other: &Self) {
+                $(self.$field += other.$field;)*
+            }
+
+            /// Every count added up.
+            #[must_use]
+            pub const fn total(&self) -> u64 {
+                0 $(+ self.$field)*
+            }
+        }
+
+        /// Which counter of
+        #[doc = concat!("[`", stringify!($name), "`]")]
+        /// to add to.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum $kind {
+            $($variant,)*
+        }
+
+        #[derive(Debug, Default)]
+        pub(crate) struct $live([AtomicU64; [$($kind::$variant),*].len()]);
+
+        impl $live {
+            pub(crate) fn add(&self, kind: $kind, n: u64) {
+                if n > 0 {
+                    self.0[kind as usize].fetch_add(n, Relaxed);
+                }
+            }
+
+            fn snapshot(&self) -> $name {
+                $name { $($field: self.0[$kind::$variant as usize].load(Relaxed),)* }
+            }
+        }
+    };
 }
 
-impl ErrorCounts {
-    /// Sum of all error counters except the benign `would_block` and `interrupted`.
-    #[must_use]
-    pub const fn serious(&self) -> u64 {
-        self.msg_size
-            + self.no_buffers
-            + self.gso_fallback
-            + self.icmp
-            + self.truncated
-            + self.empty
-            + self.send_dropped_other
-            + self.other
+counters! {
+    /// Datagrams a send dropped, by the error the kernel gave for them twice in a row (once
+    /// could have been an earlier datagram's pending error; see the crate's send policy).
+    TxDropped / LiveTxDropped / TxDrop {
+        /// `EMSGSIZE`: too big for the path or the device (e.g. a PMTU probe).
+        msg_size = MsgSize,
+        /// `ENOBUFS`: the device queue was full; no writable wake-up would follow.
+        no_buffers = NoBuffers,
+        /// `ENETUNREACH`, `EHOSTUNREACH` and the like: no route.
+        unreachable = Unreachable,
+        /// Any other error (`EINVAL` for a bad source address, `EACCES`, ...).
+        other = Other,
+    }
+}
+
+counters! {
+    /// Datagrams a receive dropped rather than hand up wrong.
+    RxDropped / LiveRxDropped / RxDrop {
+        /// Longer than the receive buffer (`MSG_TRUNC`); a GRO run counts its segments.
+        truncated = Truncated,
+        /// Their control messages did not fit (`MSG_CTRUNC`): the GRO segment size, ECN or
+        /// destination address may be missing, so the slot is dropped whole.
+        ctrunc = CTrunc,
+        /// Zero-length datagrams, which no QUIC packet can be.
+        empty = Empty,
+        /// No usable source address.
+        other = Other,
+    }
+}
+
+counters! {
+    /// Things that happened and cost no datagram.
+    Events / LiveEvents / Event {
+        /// `EINTR`, retried.
+        interrupted = Interrupted,
+        /// `EAGAIN`/`EWOULDBLOCK` returned to the caller.
+        would_block = WouldBlock,
+        /// Failed sends retried at once: a pending error of an earlier datagram costs the
+        /// transmit that meets it nothing.
+        retried = Retried,
+        /// GSO runs the kernel refused and that were resent segment by segment.
+        gso_fallbacks = GsoFallback,
+        /// Errors a receive reported instead of data (a pending error), taken and passed over.
+        recv_errors = RecvError,
     }
 }
 
@@ -82,10 +150,6 @@ impl DirectionStats {
     /// Counters accumulated since `earlier`.
     #[must_use]
     pub fn since(&self, earlier: &Self) -> Self {
-        let mut per_syscall = [0; HISTOGRAM_BUCKETS];
-        for (i, b) in per_syscall.iter_mut().enumerate() {
-            *b = self.per_syscall[i].saturating_sub(earlier.per_syscall[i]);
-        }
         Self {
             syscalls: self.syscalls.saturating_sub(earlier.syscalls),
             datagrams: self.datagrams.saturating_sub(earlier.datagrams),
@@ -93,7 +157,20 @@ impl DirectionStats {
             offload_segments: self
                 .offload_segments
                 .saturating_sub(earlier.offload_segments),
-            per_syscall,
+            per_syscall: std::array::from_fn(|i| {
+                self.per_syscall[i].saturating_sub(earlier.per_syscall[i])
+            }),
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Self) {
+        self.syscalls += other.syscalls;
+        self.datagrams += other.datagrams;
+        self.bytes += other.bytes;
+        self.offload_segments += other.offload_segments;
+        for (a, b) in self.per_syscall.iter_mut().zip(other.per_syscall) {
+            *a += b;
         }
     }
 
@@ -121,65 +198,42 @@ pub struct Stats {
     /// Datagrams the kernel dropped on this socket's receive queue (from `SO_RXQ_OVFL` or
     /// `SO_MEMINFO` on Linux; 0 where the platform does not say).
     pub kernel_drops: u64,
-    /// Errors by kind.
-    pub errors: ErrorCounts,
+    /// Received datagrams dropped, by reason.
+    pub rx_dropped: RxDropped,
+    /// Datagrams handed in to send and dropped, by reason.
+    pub tx_dropped: TxDropped,
+    /// What happened without costing a datagram.
+    pub events: Events,
 }
 
 impl Stats {
     /// Counters accumulated since `earlier` (kernel drops likewise as a difference).
     #[must_use]
     pub fn since(&self, earlier: &Self) -> Self {
-        let e = &self.errors;
-        let o = &earlier.errors;
         Self {
             rx: self.rx.since(&earlier.rx),
             tx: self.tx.since(&earlier.tx),
             kernel_drops: self.kernel_drops.saturating_sub(earlier.kernel_drops),
-            errors: ErrorCounts {
-                interrupted: e.interrupted.saturating_sub(o.interrupted),
-                would_block: e.would_block.saturating_sub(o.would_block),
-                msg_size: e.msg_size.saturating_sub(o.msg_size),
-                no_buffers: e.no_buffers.saturating_sub(o.no_buffers),
-                gso_fallback: e.gso_fallback.saturating_sub(o.gso_fallback),
-                icmp: e.icmp.saturating_sub(o.icmp),
-                truncated: e.truncated.saturating_sub(o.truncated),
-                empty: e.empty.saturating_sub(o.empty),
-                send_dropped_other: e.send_dropped_other.saturating_sub(o.send_dropped_other),
-                other: e.other.saturating_sub(o.other),
-            },
+            rx_dropped: self.rx_dropped.since(&earlier.rx_dropped),
+            tx_dropped: self.tx_dropped.since(&earlier.tx_dropped),
+            events: self.events.since(&earlier.events),
         }
     }
 
     /// Adds another socket's counters to these (for endpoints with several sockets).
     pub fn accumulate(&mut self, other: &Self) {
-        for (mine, theirs) in [(&mut self.rx, &other.rx), (&mut self.tx, &other.tx)] {
-            mine.syscalls += theirs.syscalls;
-            mine.datagrams += theirs.datagrams;
-            mine.bytes += theirs.bytes;
-            mine.offload_segments += theirs.offload_segments;
-            for (a, b) in mine.per_syscall.iter_mut().zip(theirs.per_syscall) {
-                *a += b;
-            }
-        }
+        self.rx.add(&other.rx);
+        self.tx.add(&other.tx);
         self.kernel_drops += other.kernel_drops;
-        let e = &mut self.errors;
-        let o = &other.errors;
-        e.interrupted += o.interrupted;
-        e.would_block += o.would_block;
-        e.msg_size += o.msg_size;
-        e.no_buffers += o.no_buffers;
-        e.gso_fallback += o.gso_fallback;
-        e.icmp += o.icmp;
-        e.truncated += o.truncated;
-        e.empty += o.empty;
-        e.send_dropped_other += o.send_dropped_other;
-        e.other += o.other;
+        self.rx_dropped.add(&other.rx_dropped);
+        self.tx_dropped.add(&other.tx_dropped);
+        self.events.add(&other.events);
     }
 }
 
 impl fmt::Display for Stats {
-    /// Two lines, e.g.
-    /// `rx: 1000 datagrams in 40 syscalls (25.0/syscall), 1200000 bytes, 0 in GRO runs`.
+    /// Three lines, e.g.
+    /// `rx: 1000 datagrams in 40 syscalls (25.0/syscall), 1200000 bytes, 0 in GRO runs; ...`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (name, d, offload) in [("rx", &self.rx, "GRO"), ("tx", &self.tx, "GSO")] {
             write!(
@@ -198,19 +252,24 @@ impl fmt::Display for Stats {
             }
             writeln!(f)?;
         }
-        let e = &self.errors;
+        let (r, t, e) = (&self.rx_dropped, &self.tx_dropped, &self.events);
         write!(
             f,
-            "kernel drops: {}; errors: msgsize={} nobufs={} gso_fallback={} icmp={} truncated={} empty={} dropped_other={} other={} (would_block={} eintr={})",
+            "kernel drops {}; rx dropped: truncated={} ctrunc={} empty={} other={}; \
+             tx dropped: msgsize={} nobufs={} unreachable={} other={}; \
+             events: retried={} gso_fallbacks={} recv_errors={} would_block={} eintr={}",
             self.kernel_drops,
-            e.msg_size,
-            e.no_buffers,
-            e.gso_fallback,
-            e.icmp,
-            e.truncated,
-            e.empty,
-            e.send_dropped_other,
-            e.other,
+            r.truncated,
+            r.ctrunc,
+            r.empty,
+            r.other,
+            t.msg_size,
+            t.no_buffers,
+            t.unreachable,
+            t.other,
+            e.retried,
+            e.gso_fallbacks,
+            e.recv_errors,
             e.would_block,
             e.interrupted
         )
@@ -245,33 +304,14 @@ impl DirectionCounters {
     }
 
     fn snapshot(&self) -> DirectionStats {
-        let mut per_syscall = [0; HISTOGRAM_BUCKETS];
-        for (out, c) in per_syscall.iter_mut().zip(&self.per_syscall) {
-            *out = c.load(Relaxed);
-        }
         DirectionStats {
             syscalls: self.syscalls.load(Relaxed),
             datagrams: self.datagrams.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
             offload_segments: self.offload_segments.load(Relaxed),
-            per_syscall,
+            per_syscall: std::array::from_fn(|i| self.per_syscall[i].load(Relaxed)),
         }
     }
-}
-
-/// Which error counter to bump.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ErrorKind {
-    Interrupted,
-    WouldBlock,
-    MsgSize,
-    NoBuffers,
-    GsoFallback,
-    Icmp,
-    Truncated,
-    Empty,
-    SendDroppedOther,
-    Other,
 }
 
 /// The live counters of a socket.
@@ -279,17 +319,15 @@ pub(crate) enum ErrorKind {
 pub(crate) struct Counters {
     pub(crate) rx: DirectionCounters,
     pub(crate) tx: DirectionCounters,
+    pub(crate) rx_dropped: LiveRxDropped,
+    pub(crate) tx_dropped: LiveTxDropped,
+    pub(crate) events: LiveEvents,
     kernel_drops: AtomicU64,
-    errors: [AtomicU64; 10],
 }
 
 impl Counters {
-    pub(crate) fn error(&self, kind: ErrorKind) {
-        self.error_n(kind, 1);
-    }
-
-    pub(crate) fn error_n(&self, kind: ErrorKind, n: u64) {
-        self.errors[kind as usize].fetch_add(n, Relaxed);
+    pub(crate) fn event(&self, kind: Event) {
+        self.events.add(kind, 1);
     }
 
     /// The kernel reports a cumulative drop count; keep the largest seen.
@@ -302,23 +340,13 @@ impl Counters {
     }
 
     pub(crate) fn snapshot(&self) -> Stats {
-        let e = |k: ErrorKind| self.errors[k as usize].load(Relaxed);
         Stats {
             rx: self.rx.snapshot(),
             tx: self.tx.snapshot(),
             kernel_drops: self.kernel_drops.load(Relaxed),
-            errors: ErrorCounts {
-                interrupted: e(ErrorKind::Interrupted),
-                would_block: e(ErrorKind::WouldBlock),
-                msg_size: e(ErrorKind::MsgSize),
-                no_buffers: e(ErrorKind::NoBuffers),
-                gso_fallback: e(ErrorKind::GsoFallback),
-                icmp: e(ErrorKind::Icmp),
-                truncated: e(ErrorKind::Truncated),
-                empty: e(ErrorKind::Empty),
-                send_dropped_other: e(ErrorKind::SendDroppedOther),
-                other: e(ErrorKind::Other),
-            },
+            rx_dropped: self.rx_dropped.snapshot(),
+            tx_dropped: self.tx_dropped.snapshot(),
+            events: self.events.snapshot(),
         }
     }
 }
@@ -356,7 +384,9 @@ mod tests {
         c.rx.record(1, 100, 0);
         c.rx.record(0, 0, 0); // not a syscall that moved anything
         c.tx.record(10, 12_000, 10);
-        c.error(ErrorKind::MsgSize);
+        c.tx_dropped.add(TxDrop::MsgSize, 3);
+        c.rx_dropped.add(RxDrop::Truncated, 2);
+        c.event(Event::Retried);
         c.observe_kernel_drops(5);
         c.observe_kernel_drops(3);
         let s = c.snapshot();
@@ -366,22 +396,29 @@ mod tests {
         assert_eq!(s.rx.per_syscall[0], 1);
         assert!((s.rx.datagrams_per_syscall() - 16.5).abs() < 1e-9);
         assert_eq!(s.tx.offload_segments, 10);
-        assert_eq!(s.errors.msg_size, 1);
+        assert_eq!(s.tx_dropped.msg_size, 3);
+        assert_eq!(s.tx_dropped.total(), 3);
+        assert_eq!(s.rx_dropped.truncated, 2);
+        assert_eq!(s.events.retried, 1);
         assert_eq!(s.kernel_drops, 5);
         let later = {
             c.rx.record(4, 400, 0);
+            c.tx_dropped.add(TxDrop::Other, 1);
             c.snapshot()
         };
         let d = later.since(&s);
         assert_eq!(d.rx.datagrams, 4);
         assert_eq!(d.rx.syscalls, 1);
         assert_eq!(d.tx.datagrams, 0);
+        assert_eq!(d.tx_dropped.total(), 1);
         let text = later.to_string();
         assert!(text.contains("rx: 37 datagrams in 3 syscalls"), "{text}");
+        assert!(text.contains("msgsize=3"), "{text}");
         let mut sum = Stats::default();
         sum.accumulate(&later);
         sum.accumulate(&later);
         assert_eq!(sum.rx.datagrams, 74);
-        assert_eq!(sum.errors.msg_size, 2);
+        assert_eq!(sum.tx_dropped.msg_size, 6);
+        assert_eq!(sum.events.retried, 2);
     }
 }

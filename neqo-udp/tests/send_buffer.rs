@@ -9,71 +9,11 @@
 
 mod common;
 
-use std::{fs::File, net::SocketAddr, os::fd::AsRawFd, process::Command};
+use std::net::SocketAddr;
 
+use common::netns::{Netns, is_root};
 use common::*;
-use neqo_udp::{Config, IoMode, Socket, Transmit};
-
-struct Netns(String);
-
-impl Netns {
-    fn create(tag: &str) -> Self {
-        let name = format!("neqo-udp-{tag}-{}", std::process::id());
-        let ns = Self(name.clone());
-        run(&["ip", "netns", "add", &name]);
-        run(&[
-            "ip", "netns", "exec", &name, "ip", "link", "set", "lo", "up",
-        ]);
-        // 100 Mbit/s: a 1200-byte datagram leaves every ~0.1 ms, so a send buffer of a few
-        // datagrams fills at once and drains steadily.
-        run(&[
-            "ip", "netns", "exec", &name, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
-            "100mbit", "burst", "16kb", "limit", "4mb",
-        ]);
-        ns
-    }
-
-    /// Runs `f` on a thread that has joined the namespace, on a current-thread runtime.
-    fn run<F: std::future::Future<Output = ()> + Send + 'static>(&self, f: F) {
-        let path = format!("/run/netns/{}", self.0);
-        std::thread::spawn(move || {
-            let ns = File::open(&path).expect("open namespace");
-            // SAFETY: a valid namespace fd; setns only changes this thread's network namespace.
-            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(f);
-        })
-        .join()
-        .expect("test thread");
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn run(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use neqo_udp::{Config, IoMode, Socket, Transmit, TransmitHeader, TxQueue};
 
 async fn fill_and_resend(ip: std::net::IpAddr, mode: IoMode, segments: Option<usize>) {
     let receiver = Socket::bind(SocketAddr::new(ip, 0), Config::with_mode(mode)).unwrap();
@@ -99,7 +39,7 @@ async fn fill_and_resend(ip: std::net::IpAddr, mode: IoMode, segments: Option<us
         })
         .collect();
     sender.writable().await.unwrap();
-    let first = sender.send(&ts).unwrap();
+    let first = sender.send(&ts).unwrap().transmits;
     assert!(
         first > 0 && first < ts.len(),
         "{mode}: the first call is partial ({first} of {})",
@@ -111,7 +51,10 @@ async fn fill_and_resend(ip: std::net::IpAddr, mode: IoMode, segments: Option<us
         while done < ts.len() {
             sender.writable().await.unwrap();
             match sender.send(&ts[done..]) {
-                Ok(n) => done += n,
+                Ok(sent) => {
+                    assert_eq!(sent.partial, 0, "runs within the limits are never cut");
+                    done += sent.transmits;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => panic!("send: {e}"),
             }
@@ -130,9 +73,72 @@ async fn fill_and_resend(ip: std::net::IpAddr, mode: IoMode, segments: Option<us
     let got: Vec<Vec<u8>> = got.iter().map(|d| d.data.to_vec()).collect();
     assert!(got == expected, "{mode}: everything arrives in order, once");
     let stats = sender.stats();
-    assert!(stats.errors.would_block > 0);
-    assert_eq!(stats.errors.serious(), 0, "{stats}");
+    assert!(stats.events.would_block > 0);
+    assert_eq!(stats.tx_dropped.total(), 0, "{stats}");
+    assert_eq!(stats.events.retried, 0, "{stats}");
     assert_eq!(receiver.stats().kernel_drops, 0);
+}
+
+/// The same through a [`TxQueue`] whose GSO runs are longer than one message may carry (the
+/// socket cuts them, and a full buffer can stop it in the middle of one): at every step,
+/// every datagram handed in is sent, dropped or still queued, and in the end all arrive.
+async fn queue_accounts_for_every_datagram(ip: std::net::IpAddr) {
+    let receiver = Socket::bind(SocketAddr::new(ip, 0), Config::default()).unwrap();
+    let sender = Socket::bind(
+        SocketAddr::new(ip, 0),
+        Config {
+            send_buffer_size: Some(4096),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let dest = addr_of(&receiver);
+    let seg = 1000;
+    let mut queue = TxQueue::new(0);
+    let mut expected = Vec::new();
+    for i in 0..40u16 {
+        // 1 to 100 segments: beyond 64 (and 65 507 bytes) a run takes two messages.
+        let body = payload(3, i, seg * (1 + usize::from(i) * 5 % 100));
+        expected.extend(body.chunks(seg).map(<[u8]>::to_vec));
+        queue.push(
+            body,
+            TransmitHeader {
+                destination: dest,
+                ecn: None,
+                segment_size: Some(seg),
+                src_ip: None,
+            },
+        );
+    }
+    let account = |queue: &TxQueue| {
+        let s = sender.stats();
+        assert_eq!(
+            queue.pushed_datagrams(),
+            s.tx.datagrams + s.tx_dropped.total() + queue.queued_datagrams() as u64,
+            "handed in = sent + dropped + queued: {s}"
+        );
+    };
+    account(&queue);
+    let mut calls = 0;
+    tokio::time::timeout(DEADLINE, async {
+        while !queue.is_empty() {
+            sender.writable().await.unwrap();
+            match sender.flush(&mut queue) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("flush: {e}"),
+            }
+            calls += 1;
+            account(&queue);
+        }
+    })
+    .await
+    .expect("the queue drains");
+    assert!(calls > 2, "the buffer filled more than once");
+    let got = recv_n(&receiver, expected.len()).await;
+    let got: Vec<Vec<u8>> = got.iter().map(|d| d.data.to_vec()).collect();
+    assert!(got == expected, "everything arrives in order, once");
+    assert_eq!(sender.stats().tx_dropped.total(), 0);
 }
 
 #[test]
@@ -142,11 +148,13 @@ fn full_send_buffer_gives_partial_counts_and_loses_nothing() {
         return;
     }
     let ns = Netns::create("sndbuf");
+    ns.throttle_loopback();
     ns.run(async {
         for ip in [V4, V6] {
             fill_and_resend(ip, IoMode::Batched, None).await;
             fill_and_resend(ip, IoMode::Single, None).await;
             fill_and_resend(ip, IoMode::Batched, Some(8)).await;
+            queue_accounts_for_every_datagram(ip).await;
         }
     });
 }

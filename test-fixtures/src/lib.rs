@@ -1,7 +1,17 @@
-//! Test fixtures shared by the workspace's tests and benchmarks.
+//! The process harness of the workspace's tests, benchmarks and tools: start a server child
+//! and wait (bounded) until it says where it listens, stop it with SIGTERM and a deadline,
+//! run a client command to its end within a deadline, and measure each (exit code, wall time,
+//! CPU time, peak RSS, the end of its output); find and build the workspace's binaries.
+//!
+//! The `interop` binary, the neqo/msquic interop matrix, is built on it.
 
-#[cfg(feature = "msquic")]
-pub mod msquic_peer;
+mod capture;
+mod child;
+mod locate;
+mod os;
+mod server;
 
-pub mod process;
-pub mod relay;
+pub use capture::CAPTURE_LIMIT;
+pub use child::{Measured, run};
+pub use locate::{BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, cargo_build, locate_binary, release_binary};
+pub use server::{STOP_GRACE, Server, StartError, parse_listening};

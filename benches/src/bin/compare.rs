@@ -4,7 +4,7 @@
 //! `cargo run --release -p benches --bin compare -- [--runs N] [--bytes B] [--no-build]`
 //!
 //! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin, and
-//! `msquic-peer` from test-fixtures with its `msquic` feature) and says which pairs it skipped
+//! `msquic-peer` with its `msquic` feature) and says which pairs it skipped
 //! and why.
 //!
 //! Datagrams per syscall are shown in the data direction: the server's TX (from
@@ -18,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use test_fixtures::process::{self, Measured, Server, cargo_build, release_dir};
+use test_fixtures::{BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, Server, cargo_build, release_binary, run};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Impl {
@@ -162,35 +162,26 @@ fn parse_args() -> Result<Args, String> {
 }
 
 struct Peers {
-    dir: PathBuf,
     /// Why msquic pairs cannot run, if they cannot.
     msquic_missing: Option<String>,
     neqo_missing: Option<String>,
 }
 
 fn prepare(build: bool) -> Peers {
-    let dir = release_dir();
     let mut neqo_missing = None;
     let mut msquic_missing = None;
     if build {
         eprintln!("building neqo-client and neqo-server (release)...");
-        if let Err(e) = cargo_build(&["-p", "neqo-bin", "--bins"]) {
+        if let Err(e) = cargo_build(BUILD_NEQO_BINS) {
             neqo_missing = Some(e);
         }
         eprintln!("building msquic-peer (release, builds msquic with cmake the first time)...");
-        if let Err(e) = cargo_build(&[
-            "-p",
-            "test-fixtures",
-            "--features",
-            "msquic",
-            "--bin",
-            "msquic-peer",
-        ]) {
+        if let Err(e) = cargo_build(BUILD_MSQUIC_PEER) {
             msquic_missing = Some(e);
         }
     }
     let missing = |bin: &str| {
-        let path = dir.join(bin);
+        let path = release_binary(bin);
         (!path.exists()).then(|| format!("{} not found", path.display()))
     };
     if neqo_missing.is_none() {
@@ -200,16 +191,15 @@ fn prepare(build: bool) -> Peers {
         msquic_missing = missing("msquic-peer");
     }
     Peers {
-        dir,
         msquic_missing,
         neqo_missing,
     }
 }
 
-fn server_command(peers: &Peers, pair: &Pair, json: &Path) -> Command {
+fn server_command(pair: &Pair, json: &Path) -> Command {
     match pair.server {
         Impl::Neqo => {
-            let mut c = Command::new(peers.dir.join("neqo-server"));
+            let mut c = Command::new(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--io", pair.io]);
             c.arg("--json").arg(json);
             if !pair.pacing {
@@ -218,18 +208,18 @@ fn server_command(peers: &Peers, pair: &Pair, json: &Path) -> Command {
             c
         }
         Impl::Msquic => {
-            let mut c = Command::new(peers.dir.join("msquic-peer"));
+            let mut c = Command::new(release_binary("msquic-peer"));
             c.args(["server", "--listen", "127.0.0.1:0"]);
             c
         }
     }
 }
 
-fn client_command(peers: &Peers, pair: &Pair, url: &str, json: &Path) -> Command {
+fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
     let json = json.to_string_lossy().into_owned();
     match pair.client {
         Impl::Neqo => {
-            let mut c = Command::new(peers.dir.join("neqo-client"));
+            let mut c = Command::new(release_binary("neqo-client"));
             c.args([
                 url,
                 "--insecure",
@@ -246,7 +236,7 @@ fn client_command(peers: &Peers, pair: &Pair, url: &str, json: &Path) -> Command
             c
         }
         Impl::Msquic => {
-            let mut c = Command::new(peers.dir.join("msquic-peer"));
+            let mut c = Command::new(release_binary("msquic-peer"));
             c.args([
                 "client",
                 url,
@@ -313,32 +303,24 @@ fn positive(report: &serde_json::Value, key: &str) -> Option<f64> {
         .filter(|v| v.is_finite() && *v > 0.0)
 }
 
-fn one_run(
-    peers: &Peers,
-    (index, pair): (usize, &Pair),
-    bytes: u64,
-    row: &mut Row,
-) -> Result<(), String> {
-    let run = row.times_ms.len();
-    let server_json = JsonFile::new(index, run, "server");
-    let client_json = JsonFile::new(index, run, "client");
+fn one_run((index, pair): (usize, &Pair), bytes: u64, row: &mut Row) -> Result<(), String> {
+    let attempt = row.times_ms.len();
+    let server_json = JsonFile::new(index, attempt, "server");
+    let client_json = JsonFile::new(index, attempt, "client");
     let server = Server::start(
-        &mut server_command(peers, pair, &server_json.0),
+        &mut server_command(pair, &server_json.0),
         Duration::from_secs(20),
     )
     .map_err(|e| format!("server: {e}"))?;
-    let url = format!("https://127.0.0.1:{}/{bytes}", server.addr.port());
+    let url = format!("https://127.0.0.1:{}/{bytes}", server.addr().port());
     let limit = Duration::from_secs(60 + bytes / 12_500_000);
-    let client = process::run(
-        &mut client_command(peers, pair, &url, &client_json.0),
-        limit,
-    );
+    let client = run(&mut client_command(pair, &url, &client_json.0), limit);
     let server = server.stop();
-    let (client, stderr) = client.map_err(|e| format!("client: {e}"))?;
-    let server: Measured = server.map_err(|e| format!("server: {e}"))?;
+    let client = client.map_err(|e| format!("client: {e}"))?;
+    let server = server.map_err(|e| format!("server: {e}"))?;
     if !client.success() {
-        let why = stderr.lines().last().unwrap_or("no message").to_string();
-        return Err(format!("client exited with {:?}: {why}", client.code));
+        let why = client.last_stderr_line().unwrap_or("no message");
+        return Err(format!("client: {}: {why}", client.ending()));
     }
     let report = client_json.take();
     let server_report = server_json.take();
@@ -425,7 +407,7 @@ fn main() -> ExitCode {
         let mut row = Row::default();
         for run in 0..args.runs {
             eprintln!("{} run {}/{}", pair.label(), run + 1, args.runs);
-            if let Err(e) = one_run(&peers, (index, pair), args.bytes, &mut row) {
+            if let Err(e) = one_run((index, pair), args.bytes, &mut row) {
                 row.failure = Some(e);
                 break;
             }

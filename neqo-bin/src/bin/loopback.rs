@@ -4,10 +4,9 @@
 //! the batched/single ratio.
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, ExitCode, Stdio},
-    time::{Duration, Instant},
+    process::{Command, ExitCode},
+    time::Duration,
 };
 
 use anyhow::{Context as _, bail};
@@ -15,6 +14,10 @@ use clap::Parser as _;
 use neqo_bin::cli::{ClientArgs, ServerArgs, client_main, init_logging, parse_size, server_main};
 use neqo_udp::IoMode;
 use serde_json::Value;
+use test_fixtures::{Measured, Server};
+
+/// How long the server may take to say where it listens.
+const SERVER_READY: Duration = Duration::from_secs(20);
 
 #[derive(Debug, clap::Parser)]
 #[command(
@@ -92,28 +95,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn children_cpu() -> f64 {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes a rusage into the pointer, which is valid for writes.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, ru.as_mut_ptr()) };
-    if rc != 0 {
-        return 0.0;
-    }
-    // SAFETY: getrusage succeeded and filled it.
-    let ru = unsafe { ru.assume_init() };
-    #[expect(clippy::cast_precision_loss, reason = "seconds")]
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(ru.ru_utime) + secs(ru.ru_stime)
-}
-
-struct Reaper(Option<Child>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+/// Passes on what a child wrote to stderr (its warnings and errors), naming it.
+fn relay_stderr(role: &str, m: &Measured) {
+    for line in m.stderr.lines() {
+        eprintln!("{role}: {line}");
     }
 }
 
@@ -158,30 +143,15 @@ fn common(args: &Args, mode: IoMode, json: &Path) -> Vec<String> {
 fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row> {
     let server_json = dir.join(format!("server-{mode}.json"));
     let client_json = dir.join(format!("client-{mode}.json"));
-    let cpu0 = children_cpu();
-    let mut server = Reaper(Some(
+    let server = Server::start(
         Command::new(exe)
             .arg("server")
             .args(["--listen", "127.0.0.1:0"])
-            .args(common(args, mode, &server_json))
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting the server")?,
-    ));
-    let stdout = server
-        .0
-        .as_mut()
-        .and_then(|c| c.stdout.take())
-        .context("server stdout")?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    let addr = line
-        .trim()
-        .strip_prefix("neqo-server listening on ")
-        .and_then(|rest| rest.split(", ").next())
-        .with_context(|| format!("server did not start: {line:?}"))?
-        .to_owned();
+            .args(common(args, mode, &server_json)),
+        SERVER_READY,
+    )
+    .context("starting the server")?;
+    let addr = server.addr();
     let url = if args.alpn == "perf" {
         format!("https://{addr}/")
     } else {
@@ -192,35 +162,19 @@ fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row>
         .arg("client")
         .arg(&url)
         .args(["--insecure", "--no-progress", "--alpn", &args.alpn])
-        .args(common(args, mode, &client_json))
-        .stdin(Stdio::null());
+        .args(common(args, mode, &client_json));
     if args.alpn == "perf" {
         client.args(["--download", &args.bytes.to_string()]);
     }
-    let status = client.status().context("running the client")?;
-    let cpu1 = children_cpu();
-    let Some(mut s) = server.0.take() else {
-        bail!("server vanished");
-    };
-    // SAFETY: kill with a pid we spawned and have not reaped.
-    unsafe {
-        libc::kill(i32::try_from(s.id())?, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if s.try_wait()?.is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = s.kill();
-            let _ = s.wait();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let cpu2 = children_cpu();
-    if !status.success() {
-        bail!("the client failed in {mode} mode ({status})");
+    // A hang guard: a minute, plus the transfer at 100 Mbit/s.
+    let limit = Duration::from_secs(60 + args.bytes / 12_500_000);
+    let client = test_fixtures::run(&mut client, limit).context("running the client");
+    let server = server.stop().context("stopping the server")?;
+    let client = client?;
+    relay_stderr("client", &client);
+    relay_stderr("server", &server);
+    if !client.success() {
+        bail!("the client failed in {mode} mode ({})", client.ending());
     }
     let c: Value = serde_json::from_str(&std::fs::read_to_string(&client_json)?)?;
     let sv: Value = serde_json::from_str(
@@ -238,8 +192,8 @@ fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row>
         client_rx_per_syscall: f(&c, "rx_datagrams_per_syscall"),
         client_tx_per_syscall: f(&c, "tx_datagrams_per_syscall"),
         server_rx_per_syscall: f(&sv, "rx_datagrams_per_syscall"),
-        client_cpu_s: cpu1 - cpu0,
-        server_cpu_s: cpu2 - cpu1,
+        client_cpu_s: client.cpu().as_secs_f64(),
+        server_cpu_s: server.cpu().as_secs_f64(),
         kernel_drops: u(&c, "kernel_drops") + u(&sv, "kernel_drops"),
         lost_packets: u(&c, "lost_packets") + u(&sv, "lost_packets"),
         client: c,

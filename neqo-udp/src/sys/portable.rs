@@ -1,7 +1,11 @@
-//! Every platform but Linux: quinn-udp's paths. On Apple platforms in batched mode that is
-//! `recvmsg_x`/`sendmsg_x` (quinn-udp's `fast-apple-datapath`), elsewhere one datagram per
-//! syscall. quinn-udp receives into initialised buffers, so each datagram is copied once into
-//! its slot here; Linux, the platform this project measures, has no such copy.
+//! Every platform but Linux: quinn-udp's paths. On Apple platforms in batched mode receives
+//! use `recvmsg_x` (quinn-udp's `fast-apple-datapath`), elsewhere one datagram per syscall.
+//! quinn-udp receives into initialised buffers, so each datagram is copied once into its slot
+//! here; Linux, the platform this project measures, has no such copy.
+//!
+//! Sends carry one datagram per message everywhere here (no GSO): quinn-udp's `sendmsg_x`
+//! path ignores a partial count, which would lose the tail of a batch while it counts as
+//! sent, and Windows' USO is not exercised by anything this project can test.
 //!
 //! This machine only builds for Linux; keep this module a thin layer over quinn-udp.
 
@@ -11,20 +15,15 @@ use std::{
 };
 
 use bytes::BytesMut;
-use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
-use tokio::net::UdpSocket;
+use quinn_udp::{RecvMeta, UdpSocketState};
 
+use super::{Capabilities, Received, UdpSockRef};
 use crate::{
-    config::{Config, IoMode, RECV_SLOT_SIZE},
+    config::{Config, RECV_SLOT_SIZE},
     recv::SlotMeta,
+    stats::RxDrop,
+    transmit::{EcnCodepoint, Transmit},
 };
-
-/// What the platform supports for this socket.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Capabilities {
-    pub(crate) gso_segments: usize,
-    pub(crate) gro: bool,
-}
 
 /// quinn-udp's per-socket state and initialised receive buffers.
 #[derive(Debug)]
@@ -33,29 +32,37 @@ pub(crate) struct Platform {
     scratch: Mutex<Vec<Vec<u8>>>,
 }
 
+fn quinn_sock<'a>(sock: &'a UdpSockRef<'_>) -> quinn_udp::UdpSockRef<'a> {
+    #[cfg(unix)]
+    return quinn_udp::UdpSockRef::from(&sock.fd);
+    #[cfg(windows)]
+    return quinn_udp::UdpSockRef::from(&sock.socket);
+}
+
 pub(crate) fn new_platform(
-    sock: &UdpSocket,
+    sock: UdpSockRef<'_>,
     config: &Config,
 ) -> io::Result<(Platform, Capabilities)> {
-    let state = UdpSocketState::new(UdpSockRef::from(sock))?;
+    if sock.with_socket2(|s| s.peer_addr().is_ok()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a connected UDP socket is not supported",
+        ));
+    }
+    let state = UdpSocketState::new(quinn_sock(&sock))?;
     #[cfg(any(
         target_os = "macos",
         target_os = "ios",
         target_os = "tvos",
         target_os = "visionos"
     ))]
-    if config.mode == IoMode::Batched {
+    if config.mode == crate::IoMode::Batched {
         // SAFETY: quinn-udp resolves sendmsg_x/recvmsg_x at run time and falls back to the
         // one-datagram path when the symbols are missing.
         unsafe { state.set_apple_fast_path() };
     }
-    let gso_segments = if config.wants_gso() {
-        state.max_gso_segments()
-    } else {
-        1
-    };
     let caps = Capabilities {
-        gso_segments,
+        gso_segments: 1,
         gro: config.wants_gro() && state.gro_segments() > 1,
     };
     let slots = config.effective_batch_size().min(quinn_udp::BATCH_SIZE);
@@ -63,23 +70,13 @@ pub(crate) fn new_platform(
     Ok((Platform { state, scratch }, caps))
 }
 
-pub(crate) fn kernel_drops(_sock: &UdpSocket) -> io::Result<u64> {
+pub(crate) fn kernel_drops(_sock: UdpSockRef<'_>) -> io::Result<u64> {
     Ok(0)
-}
-
-pub(crate) fn drain_error_queue(_sock: &UdpSocket) -> u64 {
-    0
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Received {
-    pub(crate) filled: usize,
-    pub(crate) kernel_drops: Option<u64>,
 }
 
 pub(crate) fn recv(
     p: &Platform,
-    sock: &UdpSocket,
+    sock: UdpSockRef<'_>,
     slots: &mut [BytesMut],
     meta: &mut [SlotMeta],
     _batched: bool,
@@ -94,21 +91,23 @@ pub(crate) fn recv(
         .map(|b| IoSliceMut::new(b))
         .collect();
     let mut metas = vec![RecvMeta::default(); n];
-    let filled = p
-        .state
-        .recv(UdpSockRef::from(sock), &mut bufs, &mut metas)?;
+    let filled = p.state.recv(quinn_sock(&sock), &mut bufs, &mut metas)?;
     drop(bufs);
     for i in 0..filled {
         let m = &metas[i];
-        slots[i].extend_from_slice(&scratch[i][..m.len]);
         meta[i] = SlotMeta {
-            len: m.len,
-            stride: m.stride,
             source: m.addr,
             destination: m.dst_ip,
-            ecn: m.ecn,
-            truncated: false,
+            ecn: m.ecn.and_then(|e| EcnCodepoint::from_bits(e as u8)),
+            ..SlotMeta::default()
         };
+        if m.len == 0 {
+            meta[i].dropped = Some((RxDrop::Empty, 1));
+        } else {
+            slots[i].extend_from_slice(&scratch[i][..m.len]);
+            meta[i].len = m.len;
+            meta[i].stride = if m.stride == 0 { m.len } else { m.stride };
+        }
     }
     Ok(Received {
         filled,
@@ -118,14 +117,36 @@ pub(crate) fn recv(
 
 pub(crate) fn send(
     p: &Platform,
-    sock: &UdpSocket,
-    transmits: &[Transmit<'_>],
-    _gso: bool,
+    sock: UdpSockRef<'_>,
+    messages: &[Transmit<'_>],
     _batched: bool,
 ) -> io::Result<usize> {
-    let Some(t) = transmits.first() else {
+    let Some(t) = messages.first() else {
         return Ok(0);
     };
-    p.state.try_send(UdpSockRef::from(sock), t)?;
+    let transmit = quinn_udp::Transmit {
+        destination: t.destination,
+        ecn: t
+            .ecn
+            .and_then(|e| quinn_udp::EcnCodepoint::from_bits(e.bits())),
+        contents: t.contents,
+        segment_size: None,
+        src_ip: t.src_ip,
+    };
+    p.state.try_send(quinn_sock(&sock), &transmit)?;
     Ok(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One datagram per send message here, whatever the config asks: quinn-udp's
+    /// `sendmsg_x` path would drop the tail of a batch the kernel took only part of.
+    #[test]
+    fn sends_are_one_datagram_per_message() {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (_, caps) = new_platform(UdpSockRef::from(&sock), &Config::default()).unwrap();
+        assert_eq!(caps.gso_segments, 1);
+    }
 }

@@ -1,6 +1,9 @@
 //! Helpers shared by the loopback tests.
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(target_os = "linux")]
+pub mod netns;
+
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     time::Duration,
@@ -86,4 +89,29 @@ pub async fn recv_now(socket: &Socket) -> Vec<Datagram> {
 /// Target address on `ip` for a socket bound elsewhere (mapped for dual-stack cases).
 pub fn addr_of(socket: &Socket) -> SocketAddr {
     socket.local_addr().unwrap()
+}
+
+/// A plain socket with `IP_RECVERR`/`IPV6_RECVERR` on: the kernel fails its next send with
+/// the error of an ICMP message that came back for an earlier one.
+#[cfg(target_os = "linux")]
+pub fn icmp_reporting_socket(ip: std::net::IpAddr) -> std::net::UdpSocket {
+    let s = std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+    let (level, name) = if ip.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_RECVERR)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
+    };
+    let one: libc::c_int = 1;
+    // SAFETY: a valid fd and a live c_int of the stated size.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            level,
+            name,
+            std::ptr::from_ref(&one).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    s
 }

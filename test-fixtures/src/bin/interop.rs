@@ -7,12 +7,14 @@
 
 use std::{
     collections::BTreeMap,
-    path::PathBuf,
     process::{Command, ExitCode},
     time::Duration,
 };
 
-use test_fixtures::process::{self, Server, cargo_build, release_dir};
+use test_fixtures::{BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, Server, cargo_build, release_binary, run};
+
+/// The binaries it runs, all from the release build.
+const BINARIES: [&str; 3] = ["neqo-client", "neqo-server", "msquic-peer"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Case {
@@ -117,16 +119,16 @@ fn neqo_flags(c: &mut Command, v: &Variant) {
     }
 }
 
-fn server_command(dir: &std::path::Path, d: Direction, v: &Variant) -> Command {
+fn server_command(d: Direction, v: &Variant) -> Command {
     let listen = if v.v6 { "[::1]:0" } else { "127.0.0.1:0" };
     match d {
         Direction::NeqoToMsquic => {
-            let mut c = Command::new(dir.join("msquic-peer"));
+            let mut c = Command::new(release_binary("msquic-peer"));
             c.args(["server", "--listen", listen]);
             c
         }
         Direction::MsquicToNeqo => {
-            let mut c = Command::new(dir.join("neqo-server"));
+            let mut c = Command::new(release_binary("neqo-server"));
             c.args(["--listen", listen]);
             neqo_flags(&mut c, v);
             c
@@ -134,25 +136,19 @@ fn server_command(dir: &std::path::Path, d: Direction, v: &Variant) -> Command {
     }
 }
 
-fn client_command(
-    dir: &std::path::Path,
-    d: Direction,
-    v: &Variant,
-    port: u16,
-    case: Case,
-) -> Command {
+fn client_command(d: Direction, v: &Variant, port: u16, case: Case) -> Command {
     let host = if v.v6 { "[::1]" } else { "127.0.0.1" };
     let (path, args) = case.client_args();
     let url = format!("https://{host}:{port}{path}");
     match d {
         Direction::NeqoToMsquic => {
-            let mut c = Command::new(dir.join("neqo-client"));
+            let mut c = Command::new(release_binary("neqo-client"));
             c.arg(&url).arg("--insecure").args(&args);
             neqo_flags(&mut c, v);
             c
         }
         Direction::MsquicToNeqo => {
-            let mut c = Command::new(dir.join("msquic-peer"));
+            let mut c = Command::new(release_binary("msquic-peer"));
             c.args(["client", &url, "--insecure"]).args(&args);
             c
         }
@@ -180,29 +176,18 @@ fn main() -> ExitCode {
     }
     if build {
         eprintln!("building neqo-client, neqo-server and msquic-peer (release)...");
-        for args in [
-            &["-p", "neqo-bin", "--bins"][..],
-            &[
-                "-p",
-                "test-fixtures",
-                "--features",
-                "msquic",
-                "--bin",
-                "msquic-peer",
-            ][..],
-        ] {
+        for args in [BUILD_NEQO_BINS, BUILD_MSQUIC_PEER] {
             if let Err(e) = cargo_build(args) {
                 eprintln!("interop: {e}");
                 return ExitCode::FAILURE;
             }
         }
     }
-    let dir: PathBuf = release_dir();
-    for bin in ["neqo-client", "neqo-server", "msquic-peer"] {
-        if !dir.join(bin).exists() {
+    for bin in BINARIES.map(release_binary) {
+        if !bin.exists() {
             eprintln!(
                 "interop: {} not found (build it, or drop --no-build)",
-                dir.join(bin).display()
+                bin.display()
             );
             return ExitCode::FAILURE;
         }
@@ -212,46 +197,41 @@ fn main() -> ExitCode {
     let mut results: BTreeMap<(Case, Direction), (usize, Vec<String>)> = BTreeMap::new();
     for d in [Direction::NeqoToMsquic, Direction::MsquicToNeqo] {
         for v in &variants {
-            let server =
-                match Server::start(&mut server_command(&dir, d, v), Duration::from_secs(20)) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        for case in Case::ALL {
-                            results
-                                .entry((case, d))
-                                .or_default()
-                                .1
-                                .push(format!("{}: server: {e}", v.label()));
-                        }
-                        continue;
+            let server = match Server::start(&mut server_command(d, v), Duration::from_secs(20)) {
+                Ok(s) => s,
+                Err(e) => {
+                    for case in Case::ALL {
+                        results
+                            .entry((case, d))
+                            .or_default()
+                            .1
+                            .push(format!("{}: server: {e}", v.label()));
                     }
-                };
+                    continue;
+                }
+            };
             for case in Case::ALL {
-                let mut cmd = client_command(&dir, d, v, server.addr.port(), case);
-                let outcome = process::run(&mut cmd, Duration::from_secs(60));
+                let mut cmd = client_command(d, v, server.addr().port(), case);
+                let outcome = run(&mut cmd, Duration::from_secs(60));
                 let entry = results.entry((case, d)).or_default();
                 match outcome {
-                    Ok((m, _)) if m.success() => {
+                    Ok(m) if m.success() => {
                         entry.0 += 1;
                         eprintln!("pass  {} | {} | {}", case.name(), d.name(), v.label());
                     }
-                    Ok((m, stderr)) => {
-                        let why = stderr
-                            .lines()
-                            .rev()
-                            .find(|l| !l.trim().is_empty())
-                            .unwrap_or("no message")
-                            .to_string();
+                    Ok(m) => {
+                        let why = format!(
+                            "{}: {}",
+                            m.ending(),
+                            m.last_stderr_line().unwrap_or("no message")
+                        );
                         eprintln!(
-                            "FAIL  {} | {} | {}: exit {:?}: {why}",
+                            "FAIL  {} | {} | {}: {why}",
                             case.name(),
                             d.name(),
-                            v.label(),
-                            m.code
+                            v.label()
                         );
-                        entry
-                            .1
-                            .push(format!("{}: exit {:?}: {why}", v.label(), m.code));
+                        entry.1.push(format!("{}: {why}", v.label()));
                     }
                     Err(e) => entry.1.push(format!("{}: {e}", v.label())),
                 }

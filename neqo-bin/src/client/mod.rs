@@ -1,0 +1,226 @@
+//! The `hq-interop` and `perf` client.
+//!
+//! - [`run`], [`run_report`], [`run_async`]: a client run to completion.
+//! - `app`: the [`Application`](crate::driver::Application) making the requests.
+//! - `output`: `--output-dir` bodies, written off the driver thread ([`crate::disk`]).
+//! - [`ClientReport`]: what it did.
+
+mod app;
+mod output;
+mod report;
+
+use std::{io::IsTerminal as _, net::SocketAddr, path::PathBuf};
+
+use anyhow::{Context as _, bail};
+use url::Url;
+
+use self::app::ClientApp;
+pub use self::report::ClientReport;
+use crate::{
+    driver::Driver,
+    hq::{self, Target},
+    tls::{self, ALPN_HQ, ALPN_PERF, TransportOptions, Trust},
+};
+
+/// What a client does.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `https://HOST:PORT/PATH`; all must name the same server.
+    pub urls: Vec<Url>,
+    /// Requests per URL and connection.
+    pub requests: usize,
+    /// All requests at once (up to the peer's stream limit) instead of one after another.
+    pub parallel: bool,
+    /// Sequential connections, each doing every request.
+    pub connections: usize,
+    /// `hq-interop` or `perf`.
+    pub alpn: String,
+    /// perf: bytes to ask the server for, per request.
+    pub download: u64,
+    /// perf: bytes to send the server, per request.
+    pub upload: u64,
+    /// Save bodies here, the first request for each file name ([`hq::output_name`]); `/N`
+    /// bodies are verified against the pattern whether saved or not.
+    pub output_dir: Option<PathBuf>,
+    /// Whom to trust.
+    pub trust: Trust,
+    /// Idle timeout, congestion control, qlog.
+    pub transport: TransportOptions,
+    /// Socket configuration.
+    pub socket: neqo_udp::Config,
+    /// The driver paces.
+    pub pacing: bool,
+    /// What the driver's pacer waits on.
+    pub pacing_timer: crate::pacer::PacingTimer,
+    /// Show a progress bar on a terminal (for transfers longer than a second).
+    pub progress: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            urls: Vec::new(),
+            requests: 1,
+            parallel: false,
+            connections: 1,
+            alpn: ALPN_HQ.to_owned(),
+            download: 0,
+            upload: 0,
+            output_dir: None,
+            trust: Trust::Nobody,
+            transport: TransportOptions::default(),
+            socket: neqo_udp::Config::default(),
+            pacing: true,
+            pacing_timer: crate::pacer::PacingTimer::default(),
+            progress: false,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// A config for `url` trusting `certs` (e.g. an in-process server's).
+    #[must_use]
+    pub fn new(url: Url, trust: Trust) -> Self {
+        Self {
+            urls: vec![url],
+            trust,
+            ..Self::default()
+        }
+    }
+}
+
+/// Runs a client to completion on a new current-thread runtime.
+///
+/// # Errors
+/// Bad configuration, a socket failure, or any failed request (the message lists them).
+pub fn run(config: ClientConfig) -> anyhow::Result<ClientReport> {
+    let report = run_report(config)?;
+    if let Some(first) = report.errors.first() {
+        bail!(
+            "{first}{}",
+            if report.errors.len() > 1 {
+                format!(" (and {} more errors)", report.errors.len() - 1)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(report)
+}
+
+/// Runs a client to completion on a new current-thread runtime; failed requests are listed
+/// in the report rather than returned as an error.
+///
+/// # Errors
+/// Bad configuration or a socket failure.
+pub fn run_report(config: ClientConfig) -> anyhow::Result<ClientReport> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(run_async(config))
+}
+
+/// The server a URL names: address and TLS server name. Resolves names asynchronously, so it
+/// never blocks the thread.
+///
+/// # Errors
+/// Not `https://`, no host, or a host that does not resolve.
+pub async fn resolve(url: &Url) -> anyhow::Result<(SocketAddr, String)> {
+    if url.scheme() != "https" {
+        bail!("bad URL {url}: scheme must be https");
+    }
+    let port = url.port().unwrap_or(443);
+    let (host, name) = match url.host() {
+        Some(url::Host::Domain(d)) => (d.to_owned(), d.to_owned()),
+        Some(url::Host::Ipv4(a)) => (a.to_string(), a.to_string()),
+        Some(url::Host::Ipv6(a)) => (a.to_string(), a.to_string()),
+        None => bail!("bad URL {url}: no host"),
+    };
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .with_context(|| format!("bad URL {url}: cannot resolve {host}"))?
+        .next()
+        .with_context(|| format!("bad URL {url}: {host} has no address"))?;
+    Ok((addr, name))
+}
+
+/// Runs a client on the current runtime.
+///
+/// # Errors
+/// As [`run_report`].
+pub async fn run_async(config: ClientConfig) -> anyhow::Result<ClientReport> {
+    let Some(first) = config.urls.first() else {
+        bail!("no URL given");
+    };
+    let (remote, server_name) = resolve(first).await?;
+    for u in &config.urls[1..] {
+        let (r, _) = resolve(u).await?;
+        if r != remote {
+            bail!("all URLs must name the same server: {u} is not at {remote}");
+        }
+    }
+    if config.alpn != ALPN_HQ && config.alpn != ALPN_PERF {
+        bail!(
+            "unknown ALPN {:?} (expected {ALPN_HQ} or {ALPN_PERF})",
+            config.alpn
+        );
+    }
+    if let Some(dir) = config.output_dir.clone() {
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))
+        })
+        .await??;
+    }
+    let crypto = tls::client_crypto(&config.trust, &config.alpn)?;
+    let local: SocketAddr = if remote.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = neqo_udp::Socket::bind(local, config.socket.clone())?;
+    let mut driver =
+        Driver::new(vec![socket], None, config.pacing).with_pacing_timer(config.pacing_timer);
+    let perf = config.alpn == ALPN_PERF;
+    let mut requests = Vec::new();
+    for u in &config.urls {
+        for _ in 0..config.requests {
+            requests.push(u.path().to_owned());
+        }
+    }
+    let expected_total = if perf {
+        Some(config.download * requests.len() as u64 * config.connections as u64)
+    } else {
+        requests
+            .iter()
+            .map(|p| match hq::target(p) {
+                Ok(Target::Generated(n)) => Some(n),
+                _ => None,
+            })
+            .sum::<Option<u64>>()
+            .map(|n| n * config.connections as u64)
+    };
+    let progress = (config.progress && std::io::stderr().is_terminal()).then(|| {
+        let pb = indicatif::ProgressBar::with_draw_target(
+            expected_total,
+            indicatif::ProgressDrawTarget::hidden(),
+        );
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec}",
+        ) {
+            pb.set_style(style);
+        }
+        pb
+    });
+    let io = config.socket.mode.to_string();
+    let mut app = ClientApp::new(
+        remote,
+        server_name,
+        crypto,
+        perf,
+        requests,
+        config,
+        progress,
+    );
+    driver.run(&mut app, std::future::pending()).await?;
+    Ok(app.finish(&mut driver, io))
+}

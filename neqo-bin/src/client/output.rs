@@ -1,0 +1,134 @@
+//! One `--output-dir` body on its way to disk.
+//!
+//! Bytes read from the stream collect in a buffer of at most [`CHUNK`]; a full buffer (or, at
+//! the FIN, whatever is left) becomes one write job on the blocking pool. While a write is in
+//! flight and the buffer is full, [`Output::room`] is 0 and the caller reads no more of the
+//! stream, so a slow disk holds the server back through flow control.
+
+use std::{fs::File, io, path::PathBuf};
+
+use bytes::BytesMut;
+
+use crate::{disk, pattern::CHUNK};
+
+#[derive(Debug)]
+pub(super) struct Output {
+    path: PathBuf,
+    /// `None` before the first write and while a write is in flight.
+    file: Option<File>,
+    /// Received, not yet handed to a write.
+    buf: BytesMut,
+    writing: bool,
+    /// The file exists (created by the first write).
+    created: bool,
+    /// The stream's FIN was read: nothing more will be pushed.
+    fin: bool,
+}
+
+impl Output {
+    pub(super) fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            file: None,
+            buf: BytesMut::new(),
+            writing: false,
+            created: false,
+            fin: false,
+        }
+    }
+
+    /// Where the body goes.
+    pub(super) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// How many more stream bytes may be taken now.
+    pub(super) fn room(&self) -> usize {
+        CHUNK.saturating_sub(self.buf.len())
+    }
+
+    /// Takes stream bytes (at most [`room`](Self::room) in all).
+    pub(super) fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The stream's FIN was read.
+    pub(super) const fn end(&mut self) {
+        self.fin = true;
+    }
+
+    /// The next write job, if one is due: none while one is in flight; a full buffer, or at
+    /// the FIN what is left (creating the file even for an empty body). The last write closes
+    /// the file in the job, off the driver thread.
+    pub(super) fn next_write(
+        &mut self,
+    ) -> Option<impl FnOnce() -> io::Result<Option<File>> + Send + 'static> {
+        let due = self.buf.len() >= CHUNK || (self.fin && (!self.buf.is_empty() || !self.created));
+        if self.writing || !due {
+            return None;
+        }
+        self.writing = true;
+        let data = self.buf.split().freeze();
+        let last = self.fin;
+        let (file, path) = (self.file.take(), self.path.clone());
+        Some(move || {
+            let file = disk::write_chunk(file, &path, &data)?;
+            Ok((!last).then_some(file))
+        })
+    }
+
+    /// A write job finished; `file` is `None` after the last.
+    pub(super) fn written(&mut self, file: Option<File>) {
+        self.file = file;
+        self.writing = false;
+        self.created = true;
+    }
+
+    /// Everything received is written.
+    pub(super) fn done(&self) -> bool {
+        self.fin && self.created && !self.writing && self.buf.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_write_in_flight_and_room_only_when_the_buffer_drains() {
+        let dir = std::env::temp_dir().join(format!("neqo-bin-output-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut out = Output::new(dir.join("body"));
+        assert!(out.next_write().is_none(), "nothing due yet");
+        out.push(&vec![1; CHUNK]);
+        assert_eq!(out.room(), 0);
+        let job = out.next_write().expect("a full buffer is written");
+        assert_eq!(out.room(), CHUNK, "read on while the chunk is written");
+        out.push(&vec![2; CHUNK]);
+        assert_eq!(out.room(), 0);
+        assert!(out.next_write().is_none(), "one write at a time");
+        out.written(job().unwrap());
+        let job = out.next_write().expect("the second chunk");
+        out.written(job().unwrap());
+        out.push(b"tail");
+        out.end();
+        assert!(!out.done());
+        let job = out.next_write().expect("the rest at the FIN");
+        out.written(job().unwrap());
+        assert!(out.done());
+        let mut expected = vec![1; CHUNK];
+        expected.extend(vec![2; CHUNK]);
+        expected.extend(b"tail");
+        assert_eq!(std::fs::read(dir.join("body")).unwrap(), expected);
+
+        let mut empty = Output::new(dir.join("empty"));
+        empty.end();
+        let job = empty
+            .next_write()
+            .expect("an empty body still makes a file");
+        empty.written(job().unwrap());
+        assert!(empty.done());
+        assert_eq!(std::fs::read(dir.join("empty")).unwrap(), b"");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

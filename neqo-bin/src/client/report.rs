@@ -1,0 +1,147 @@
+//! What a client did: [`ClientReport`], and the messages for what went wrong.
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use quinn_proto::{ConnectionError, TransportErrorCode};
+
+use crate::driver::Driver;
+
+/// What a client did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ClientReport {
+    /// Response body bytes received.
+    pub bytes_received: u64,
+    /// Request bytes sent (request lines, perf headers and uploads).
+    pub bytes_sent: u64,
+    /// Requests completed and verified.
+    pub requests: u64,
+    /// Requests that failed.
+    pub failed_requests: u64,
+    /// Connections completed.
+    pub connections: u64,
+    /// From the first connect to the last FIN.
+    pub seconds: f64,
+    /// (received + sent) bits per second / 1e9 over `seconds`.
+    pub gbps: f64,
+    /// Datagrams per receive syscall.
+    pub rx_datagrams_per_syscall: f64,
+    /// Datagrams per send syscall.
+    pub tx_datagrams_per_syscall: f64,
+    /// Kernel drops on the client's socket.
+    pub kernel_drops: u64,
+    /// Packets the client's connections declared lost.
+    pub lost_packets: u64,
+    /// Whether the driver paced.
+    pub pacing: bool,
+    /// The I/O mode.
+    pub io: String,
+    /// Driver counters (transmits, pacing waits, wake-ups).
+    pub driver: crate::driver::DriverCounters,
+    /// What went wrong, one message each.
+    pub errors: Vec<String>,
+    /// Socket statistics.
+    #[serde(serialize_with = "crate::report::serialize_stats")]
+    pub socket: neqo_udp::Stats,
+}
+
+impl ClientReport {
+    /// A short human summary.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        format!(
+            "{} requests ({} failed) on {} connections: received {} B, sent {} B in {:.3} s = {:.3} Gbit/s; datagrams/syscall rx {:.2} tx {:.2}; kernel drops {}; lost packets {}",
+            self.requests,
+            self.failed_requests,
+            self.connections,
+            self.bytes_received,
+            self.bytes_sent,
+            self.seconds,
+            self.gbps,
+            self.rx_datagrams_per_syscall,
+            self.tx_datagrams_per_syscall,
+            self.kernel_drops,
+            self.lost_packets
+        )
+    }
+
+    /// Adds the driver's and the sockets' counters, and the rate over `first_connect` to
+    /// `last_fin`.
+    pub(super) fn fill(
+        &mut self,
+        driver: &Driver,
+        io: String,
+        first_connect: Option<Instant>,
+        last_fin: Option<Instant>,
+    ) {
+        let s = driver.socket_stats();
+        self.socket = s;
+        self.rx_datagrams_per_syscall = s.rx.datagrams_per_syscall();
+        self.tx_datagrams_per_syscall = s.tx.datagrams_per_syscall();
+        self.kernel_drops = s.kernel_drops;
+        self.pacing = driver.pacing();
+        self.driver = driver.counters();
+        self.io = io;
+        if let (Some(a), Some(b)) = (first_connect, last_fin) {
+            self.seconds = b.saturating_duration_since(a).as_secs_f64();
+        }
+        if self.seconds > 0.0 {
+            #[expect(clippy::cast_precision_loss, reason = "a rate")]
+            let bits = (self.bytes_received + self.bytes_sent) as f64 * 8.0;
+            self.gbps = bits / self.seconds / 1e9;
+        }
+    }
+}
+
+/// What to tell the user about a connection to `remote` that ended with `reason`.
+pub(super) fn connection_error(
+    remote: SocketAddr,
+    alpn: &str,
+    idle_timeout: Duration,
+    reason: &ConnectionError,
+) -> String {
+    match reason {
+        ConnectionError::TimedOut => {
+            format!("no answer from {remote} within the idle timeout ({idle_timeout:?})")
+        }
+        ConnectionError::TransportError(e) if e.to_string().contains("certificate") => format!(
+            "handshake with {remote} failed: the server's certificate is not trusted ({e}); pass --insecure to skip verification or --ca PEM to trust its issuer"
+        ),
+        ConnectionError::TransportError(e) => format!("connection to {remote} failed: {e}"),
+        ConnectionError::ConnectionClosed(c) if c.error_code == TransportErrorCode::crypto(120) => {
+            format!("{remote} does not offer ALPN {alpn:?} (no_application_protocol)")
+        }
+        ConnectionError::ConnectionClosed(c)
+            if c.error_code == TransportErrorCode::CONNECTION_REFUSED =>
+        {
+            format!("{remote} refused the connection (CONNECTION_REFUSED: too many connections?)")
+        }
+        ConnectionError::ConnectionClosed(c) => format!("{remote} closed the connection: {c}"),
+        other => format!("connection to {remote} failed: {other}"),
+    }
+}
+
+/// What is wrong with a complete body of `received` bytes for `path` that should be `expected`
+/// pattern bytes, if anything.
+pub(super) fn body_error(
+    path: &str,
+    expected: u64,
+    received: u64,
+    pattern_ok: bool,
+) -> Option<String> {
+    if received < expected {
+        Some(format!(
+            "{path}: short body: {received} of {expected} bytes"
+        ))
+    } else if received > expected {
+        Some(format!(
+            "{path}: long body: {received} bytes, expected {expected}"
+        ))
+    } else if !pattern_ok {
+        Some(format!("{path}: body differs from the generated pattern"))
+    } else {
+        None
+    }
+}

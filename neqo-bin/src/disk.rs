@@ -1,0 +1,221 @@
+//! File work off the driver thread.
+//!
+//! The driver thread must never block on a disk (or a network file system), so every open,
+//! read, create and write runs as a job on tokio's blocking pool, and its result comes back
+//! through [`Jobs`], which the application polls from
+//! [`Application::poll_wake`](crate::driver::Application::poll_wake): a finished job wakes
+//! the driver, whose next turn lets the application act on it.
+//!
+//! Memory stays bounded because the callers keep at most one job in flight per stream, each
+//! moving at most [`CHUNK`] bytes: a reader reads the next chunk only once the stream took the
+//! last one, and a writer reads no more of its QUIC stream while a chunk is being written, so
+//! a slow disk holds the peer back through flow control instead of filling memory.
+
+use std::{
+    collections::VecDeque,
+    fs::File,
+    io::{self, Read as _, Write as _},
+    path::Path,
+    task::{Context, Poll},
+};
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::mpsc;
+
+use crate::pattern::CHUNK;
+
+/// Jobs running on tokio's blocking pool, and their results.
+///
+/// The channel is unbounded, but holds at most one result per job in flight.
+#[derive(Debug)]
+pub struct Jobs<M> {
+    tx: mpsc::UnboundedSender<M>,
+    rx: mpsc::UnboundedReceiver<M>,
+    /// Results taken off the channel by [`poll_ready`](Self::poll_ready).
+    ready: VecDeque<M>,
+}
+
+impl<M: Send + 'static> Default for Jobs<M> {
+    fn default() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Self {
+            tx,
+            rx,
+            ready: VecDeque::new(),
+        }
+    }
+}
+
+impl<M: Send + 'static> Jobs<M> {
+    /// Runs `job` on the blocking pool; its result comes back through [`take`](Self::take).
+    /// Must be called inside a tokio runtime.
+    pub fn spawn(&self, job: impl FnOnce() -> M + Send + 'static) {
+        let tx = self.tx.clone();
+        // The result is discarded only if `self` is gone, and with it whoever wanted it.
+        drop(tokio::task::spawn_blocking(move || {
+            let _ = tx.send(job());
+        }));
+    }
+
+    /// `Ready` when a result is waiting; otherwise `cx` is woken when one arrives.
+    pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.ready.is_empty() {
+            return Poll::Ready(());
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(m)) => {
+                self.ready.push_back(m);
+                Poll::Ready(())
+            }
+            // The channel cannot close: `self` holds a sender.
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// The next finished job's result, if any.
+    pub fn take(&mut self) -> Option<M> {
+        self.ready.pop_front().or_else(|| self.rx.try_recv().ok())
+    }
+}
+
+/// A chunk read from a file being sent, and the file to read the rest from.
+#[derive(Debug)]
+pub struct FileChunk {
+    /// The file, positioned after `data`; `None` after the last chunk (it is closed by the
+    /// job, off the driver thread).
+    pub file: Option<File>,
+    /// The chunk: at most [`CHUNK`] bytes.
+    pub data: Bytes,
+    /// Bytes left to send after `data`.
+    pub remaining: u64,
+}
+
+/// Reads the next chunk of a file sent as `remaining` more bytes (its length when opened, less
+/// what was read): exactly `min(remaining, CHUNK)` bytes. Blocking; run it with [`Jobs`].
+///
+/// # Errors
+/// A read error, or the file ending early (it shrank since it was opened): a body can only be
+/// sent whole, and a short one would pass for complete.
+pub fn read_chunk(mut file: File, remaining: u64) -> io::Result<FileChunk> {
+    let want = usize::try_from(remaining).unwrap_or(usize::MAX).min(CHUNK);
+    let mut buf = BytesMut::zeroed(want);
+    let mut filled = 0;
+    while filled < want {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the file ended {} bytes early", remaining - filled as u64),
+                ));
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let remaining = remaining - want as u64;
+    Ok(FileChunk {
+        file: (remaining > 0).then_some(file),
+        data: buf.freeze(),
+        remaining,
+    })
+}
+
+/// Writes `data` to `file`, or to `path` created (truncated) first when `file` is `None`;
+/// returns the file for the next chunk. Blocking; run it with [`Jobs`].
+///
+/// # Errors
+/// Creating or writing failed (no space, permissions, a directory in the way).
+pub fn write_chunk(file: Option<File>, path: &Path, data: &[u8]) -> io::Result<File> {
+    let mut file = match file {
+        Some(f) => f,
+        None => File::create(path)?,
+    };
+    file.write_all(data)?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("neqo-bin-disk-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn reads_chunk_by_chunk_and_refuses_a_shrunk_file() {
+        let dir = scratch("read");
+        let path = dir.join("f");
+        let content: Vec<u8> = (0..CHUNK as u32 + 100).map(|i| (i * 7) as u8).collect();
+        std::fs::write(&path, &content).unwrap();
+        let len = content.len() as u64;
+        let c = read_chunk(File::open(&path).unwrap(), len).unwrap();
+        assert_eq!((c.data.len(), c.remaining), (CHUNK, 100));
+        let c2 = read_chunk(c.file.unwrap(), c.remaining).unwrap();
+        assert_eq!((c2.data.len(), c2.remaining), (100, 0));
+        assert!(c2.file.is_none(), "closed after the last chunk");
+        assert_eq!([&c.data[..], &c2.data[..]].concat(), content);
+        // The length seen at open is what is sent, even if the file grows.
+        let f = File::open(&path).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"more")
+            .unwrap();
+        let c3 = read_chunk(f, 10).unwrap();
+        assert_eq!((&c3.data[..], c3.remaining), (&content[..10], 0));
+        // A file that shrinks under the reader is an error, not a short body.
+        let f = File::open(&path).unwrap();
+        std::fs::write(&path, b"tiny").unwrap();
+        let e = read_chunk(f, len).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(e.to_string().contains("early"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn writes_create_then_append_and_fail_cleanly() {
+        let dir = scratch("write");
+        let path = dir.join("out");
+        let f = write_chunk(None, &path, b"hello, ").unwrap();
+        let _f = write_chunk(Some(f), &path, b"world").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"hello, world");
+        std::fs::create_dir(dir.join("in-the-way")).unwrap();
+        assert!(write_chunk(None, &dir.join("in-the-way"), b"x").is_err());
+        #[cfg(target_os = "linux")]
+        {
+            let full = write_chunk(None, Path::new("/dev/full"), b"x").unwrap_err();
+            assert_eq!(full.raw_os_error(), Some(libc::ENOSPC));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn results_come_back_and_wake() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut jobs = Jobs::default();
+            for i in 0..3u32 {
+                jobs.spawn(move || i * 10);
+            }
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                std::future::poll_fn(|cx| jobs.poll_ready(cx)).await;
+                while let Some(m) = jobs.take() {
+                    got.push(m);
+                }
+            }
+            got.sort_unstable();
+            assert_eq!(got, [0, 10, 20]);
+            assert!(jobs.take().is_none());
+        });
+    }
+}

@@ -1,0 +1,51 @@
+//! What the protocol on top of the driver implements: [`Application`].
+
+use std::{net::SocketAddr, sync::Arc, task::Context, task::Poll, time::Instant};
+
+use quinn_proto::{Connection, ConnectionHandle, Event, ServerConfig};
+
+use super::Driver;
+
+/// What the driver does with a new incoming connection.
+#[derive(Debug)]
+pub enum Admission {
+    /// Accept it, with this server config instead of the endpoint's if given (e.g. to give
+    /// the connection its own qlog stream).
+    Accept(Option<Arc<ServerConfig>>),
+    /// Refuse it with `CONNECTION_REFUSED`.
+    Refuse,
+}
+
+/// The protocol on top of the driver: reacts to connection events.
+pub trait Application {
+    /// A peer opens a connection; `open` connections exist already.
+    fn admit(&mut self, _open: usize, _remote: SocketAddr) -> Admission {
+        Admission::Accept(None)
+    }
+
+    /// A connection was accepted.
+    fn accepted(&mut self, _ch: ConnectionHandle, _conn: &mut Connection) {}
+
+    /// An event of a connection.
+    fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant);
+
+    /// A connection is drained and about to be dropped.
+    fn drained(&mut self, _ch: ConnectionHandle, _conn: &Connection) {}
+
+    /// Called every turn: may open connections. Returns when it wants to be called again at
+    /// the latest.
+    fn poll(&mut self, _driver: &mut Driver, _now: Instant) -> Option<Instant> {
+        None
+    }
+
+    /// Work of the application's own finished (a file read, say): the driver's wait polls
+    /// this beside the sockets and timers, and runs a turn when it is ready.
+    fn poll_wake(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        Poll::Pending
+    }
+
+    /// Whether the driver may return (once everything queued is sent).
+    fn done(&self) -> bool {
+        false
+    }
+}

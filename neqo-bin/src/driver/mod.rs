@@ -1,0 +1,386 @@
+//! The endpoint driver: one quinn-proto `Endpoint` and its connections over one or more
+//! [`Datapath`]s (neqo-udp sockets), on the current task.
+//!
+//! Data flows one way through it:
+//!
+//! ```text
+//! kernel -> Datapath::recv (rx) -> Endpoint::handle / Connection::handle_event
+//!        -> Application::event (events) -> Connection::poll_transmit (tx)
+//!        -> the path's TxQueue -> Datapath::send -> kernel
+//! ```
+//!
+//! Each [`turn`](Driver::turn) fires due wake-ups from the one [`scheduler`] (quinn-proto
+//! timers and pacer releases alike), routes the events of connections something happened to,
+//! lets the [`Application`] act, and asks every ready connection for transmits, round robin
+//! and paced, flushing a syscall's worth at a time. [`run`](Driver::run) alternates turns with
+//! waiting for readiness, the next wake-up or shutdown, and receiving.
+//!
+//! Modules: `conns` (the connection table), `scheduler`, `rx`, `events`, `tx` (the send
+//! round), `datapath` (what a socket must offer), `application` (what a protocol
+//! implements).
+//!
+//! A driver is built and run on one thread (its datapaths are registered with that thread's
+//! runtime); what crosses threads is configuration (`Arc<ServerConfig>`) and reports.
+
+mod application;
+mod conns;
+mod counters;
+mod datapath;
+mod events;
+mod rx;
+pub mod scheduler;
+mod tx;
+
+#[cfg(test)]
+mod tests;
+
+use std::{
+    future::{Future, poll_fn},
+    io,
+    net::SocketAddr,
+    pin::{Pin, pin},
+    sync::Arc,
+    task::Poll,
+    time::Instant,
+};
+
+pub use application::{Admission, Application};
+pub use counters::DriverCounters;
+pub use datapath::{Datapath, SocketDatapath};
+use neqo_udp::{Datagram, Socket, Stats, TxQueue};
+use quinn_proto::{
+    ClientConfig, ConnectError, Connection, ConnectionHandle, Endpoint, EndpointConfig,
+    ServerConfig,
+};
+
+use crate::pacer::{PRECISE_WITHIN, PacingTimer, PreciseTimer};
+use conns::Connections;
+use datapath::Path;
+use scheduler::Scheduler;
+
+/// Capacity of a transmit buffer: one full GSO run.
+const TX_BUF: usize = neqo_udp::MAX_UDP_PAYLOAD + 1500;
+
+/// Drives a QUIC endpoint over [`Datapath`]s. See the module docs.
+#[expect(
+    missing_debug_implementations,
+    reason = "quinn-proto's Endpoint and Connection are not Debug"
+)]
+pub struct Driver {
+    conns: Connections,
+    paths: Vec<Path>,
+    scheduler: Scheduler,
+    /// The origin of the schedule's tick grid.
+    epoch: Instant,
+    pacing: bool,
+    /// What the pacer is to wait on.
+    pacing_timer: PacingTimer,
+    /// Sub-millisecond wake-ups for near deadlines (pacer releases), when pacing: made at
+    /// the first wait, inside the runtime it registers with.
+    precise: Option<PreciseTimer>,
+    counters: DriverCounters,
+    /// Datagrams of one receive, kept for its allocation.
+    rx: Vec<Datagram>,
+}
+
+/// What a [`turn`](Driver::turn) left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// When the driver must turn again at the latest (a connection's or the application's
+    /// wake-up).
+    pub deadline: Option<Instant>,
+    /// The application is done and everything queued is sent.
+    pub done: bool,
+}
+
+/// Why the driver woke up.
+enum Wake {
+    Io,
+    Timer,
+    Shutdown,
+}
+
+impl Driver {
+    /// A driver over `sockets`; a server when `server_config` is given.
+    #[must_use]
+    pub fn new(
+        sockets: Vec<Socket>,
+        server_config: Option<Arc<ServerConfig>>,
+        pacing: bool,
+    ) -> Self {
+        let paths = sockets
+            .into_iter()
+            .map(|s| Box::new(SocketDatapath::new(s)) as Box<dyn Datapath>)
+            .collect();
+        Self::with_datapaths(paths, server_config, pacing)
+    }
+
+    /// A driver over any datapaths.
+    #[must_use]
+    pub fn with_datapaths(
+        datapaths: Vec<Box<dyn Datapath>>,
+        server_config: Option<Arc<ServerConfig>>,
+        pacing: bool,
+    ) -> Self {
+        let endpoint = Endpoint::new(
+            Arc::new(EndpointConfig::default()),
+            server_config,
+            true,
+            None,
+        );
+        let paths = datapaths
+            .into_iter()
+            .map(|io| Path {
+                queue_limit: io.batch_size().max(4),
+                io,
+                queue: TxQueue::new(TX_BUF),
+                blocked: false,
+            })
+            .collect();
+        Self {
+            conns: Connections::new(endpoint),
+            paths,
+            scheduler: Scheduler::default(),
+            epoch: Instant::now(),
+            pacing,
+            pacing_timer: PacingTimer::Precise,
+            precise: None,
+            counters: DriverCounters {
+                pacing_timer: pacing.then_some(PacingTimer::Precise),
+                ..DriverCounters::default()
+            },
+            rx: Vec::new(),
+        }
+    }
+
+    /// Sets the timer the pacer waits on (no effect with pacing off). `Precise` falls back to
+    /// tokio's timers where there is no precise timer; [`counters`](Self::counters) say which
+    /// one ran.
+    #[must_use]
+    pub fn with_pacing_timer(mut self, timer: PacingTimer) -> Self {
+        self.pacing_timer = timer;
+        self.precise = None;
+        self.counters.pacing_timer = self.pacing.then_some(timer);
+        self
+    }
+
+    /// Makes the precise timer on first use when pacing asks for it; tokio's timers (and the
+    /// counters saying so) where there is none.
+    fn make_precise_timer(&mut self) {
+        if self.pacing && self.pacing_timer == PacingTimer::Precise && self.precise.is_none() {
+            match PreciseTimer::new() {
+                Ok(t) => self.precise = Some(t),
+                Err(e) => {
+                    tracing::debug!("no precise pacing timer ({e}): tokio's timers");
+                    self.pacing_timer = PacingTimer::Tokio;
+                    self.counters.pacing_timer = Some(PacingTimer::Tokio);
+                }
+            }
+        }
+    }
+
+    /// Opens a connection from path (socket) `path` to `remote`.
+    ///
+    /// # Errors
+    /// As `Endpoint::connect`.
+    pub fn connect(
+        &mut self,
+        path: usize,
+        config: ClientConfig,
+        remote: SocketAddr,
+        server_name: &str,
+    ) -> Result<ConnectionHandle, ConnectError> {
+        let now = Instant::now();
+        let (ch, conn) = self
+            .conns
+            .endpoint
+            .connect(now, config, remote, server_name)?;
+        self.conns.insert(ch, conn, path, now);
+        Ok(ch)
+    }
+
+    /// A connection, to look at.
+    #[must_use]
+    pub fn connection(&self, ch: ConnectionHandle) -> Option<&Connection> {
+        self.conns.get(ch).map(|c| &c.conn)
+    }
+
+    /// Acts on a connection outside its events (closes it, opens a stream, ...): `f` runs on
+    /// it, and the driver then routes its events and sends what it has, this turn. `None`
+    /// when there is no such connection.
+    pub fn update<R>(
+        &mut self,
+        ch: ConnectionHandle,
+        f: impl FnOnce(&mut Connection) -> R,
+    ) -> Option<R> {
+        let r = f(&mut self.conns.get_mut(ch.0)?.conn);
+        self.conns.touch(ch.0);
+        Some(r)
+    }
+
+    /// Every live connection, to look at.
+    pub fn connections(&self) -> impl Iterator<Item = (ConnectionHandle, &Connection)> {
+        self.conns.iter().map(|(ch, c)| (ch, &c.conn))
+    }
+
+    /// Connections not yet drained.
+    #[must_use]
+    pub const fn open_connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The paths' local addresses.
+    #[must_use]
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.paths
+            .iter()
+            .filter_map(|p| p.io.local_addr().ok())
+            .collect()
+    }
+
+    /// The sockets' counters, added up.
+    #[must_use]
+    pub fn socket_stats(&self) -> Stats {
+        let mut total = Stats::default();
+        for p in &self.paths {
+            total.accumulate(&p.io.stats());
+        }
+        total
+    }
+
+    /// Datagrams queued and not yet taken by the sockets.
+    #[must_use]
+    pub fn queued_datagrams(&self) -> usize {
+        self.paths.iter().map(|p| p.queue.queued_datagrams()).sum()
+    }
+
+    /// The driver's own counters.
+    #[must_use]
+    pub const fn counters(&self) -> DriverCounters {
+        self.counters
+    }
+
+    /// Whether the driver paces.
+    #[must_use]
+    pub const fn pacing(&self) -> bool {
+        self.pacing
+    }
+
+    /// One turn at `now`: fires due wake-ups, routes events, lets the application act, and
+    /// sends what the connections have, as far as pacing and the sockets allow.
+    ///
+    /// # Errors
+    /// A socket error other than `WouldBlock`.
+    pub fn turn<A: Application>(&mut self, app: &mut A, now: Instant) -> io::Result<Turn> {
+        self.fire(now);
+        self.process(app, now);
+        let app_deadline = app.poll(self, now);
+        self.process(app, now);
+        self.transmit(now)?;
+        let conns = &self.conns;
+        let next = self.scheduler.next(|idx, g| conns.is_scheduled(idx, g));
+        let deadline = match (next, app_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let done = app.done() && self.paths.iter().all(|p| p.queue.is_empty());
+        Ok(Turn { deadline, done })
+    }
+
+    /// Closes every connection and sends the closes, best effort.
+    ///
+    /// # Errors
+    /// A socket error other than `WouldBlock`.
+    pub fn close_all<A: Application>(&mut self, app: &mut A, now: Instant) -> io::Result<()> {
+        let open: Vec<usize> = self.conns.iter().map(|(ch, _)| ch.0).collect();
+        for idx in open {
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.conn
+                    .close(now, 0u32.into(), bytes::Bytes::from_static(b"shutdown"));
+            }
+            self.conns.touch(idx);
+        }
+        self.process(app, now);
+        self.transmit(now)
+    }
+
+    /// Runs until the application is done (and everything queued is sent) or `shutdown`
+    /// completes (then every connection is closed and the close sent, best effort).
+    ///
+    /// # Errors
+    /// A socket error other than `WouldBlock`.
+    pub async fn run<A: Application>(
+        &mut self,
+        app: &mut A,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()> {
+        let mut shutdown = pin!(shutdown);
+        loop {
+            let turn = self.turn(app, Instant::now())?;
+            if turn.done {
+                return Ok(());
+            }
+            match self.wait(app, turn.deadline, shutdown.as_mut()).await? {
+                Wake::Shutdown => return self.close_all(app, Instant::now()),
+                Wake::Io => self.counters.io_wakes += 1,
+                Wake::Timer => self.counters.timer_wakes += 1,
+            }
+            self.receive(app, Instant::now())?;
+        }
+    }
+
+    /// Waits for readability, writability of a path with something queued, the deadline, the
+    /// application's own wake-up, or shutdown.
+    async fn wait<A: Application>(
+        &mut self,
+        app: &mut A,
+        deadline: Option<Instant>,
+        mut shutdown: Pin<&mut impl Future<Output = ()>>,
+    ) -> io::Result<Wake> {
+        let mut sleep = pin!(deadline.map(|d| tokio::time::sleep_until(d.into())));
+        // Near deadlines go on the precise timer: tokio's 1 ms grid would round them up.
+        let near = deadline
+            .filter(|d| d.saturating_duration_since(Instant::now()) < PRECISE_WITHIN)
+            .is_some();
+        if near {
+            self.make_precise_timer();
+        }
+        let paths = &self.paths;
+        let mut precise = self.precise.as_mut().filter(|_| near).zip(deadline);
+        poll_fn(|cx| {
+            if shutdown.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(Wake::Shutdown));
+            }
+            let mut ready = false;
+            for p in paths {
+                match p.io.poll_recv_ready(cx) {
+                    Poll::Ready(Ok(())) => ready = true,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+                if !p.queue.is_empty() {
+                    match p.io.poll_send_ready(cx) {
+                        Poll::Ready(Ok(())) => ready = true,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => {}
+                    }
+                }
+            }
+            if ready || app.poll_wake(cx).is_ready() {
+                return Poll::Ready(Ok(Wake::Io));
+            }
+            if let Some(s) = sleep.as_mut().as_pin_mut()
+                && s.poll(cx).is_ready()
+            {
+                return Poll::Ready(Ok(Wake::Timer));
+            }
+            if let Some((t, d)) = precise.as_mut()
+                && t.poll_until(cx, *d).is_ready()
+            {
+                return Poll::Ready(Ok(Wake::Timer));
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}

@@ -1,0 +1,113 @@
+//! The receive side: a batch from every path into the endpoint and its connections.
+
+use std::{io, time::Instant};
+
+use neqo_udp::{Datagram, TransmitHeader};
+use quinn_proto::DatagramEvent;
+
+use super::{Admission, Application, Driver};
+
+/// Receive batches taken from each path per turn before the driver processes and sends
+/// again. One: answering every batch at once (ACKs, and new data on the ACKs' credit) keeps
+/// the peer's sending pipelined with our processing, and whatever is left is read next turn,
+/// as the socket stays ready. (`docs/performance.md` has the measurement.)
+const RECV_BUDGET: usize = 1;
+
+/// How a socket is to send quinn-proto's transmit.
+pub(super) fn header(t: &quinn_proto::Transmit) -> TransmitHeader {
+    TransmitHeader {
+        destination: t.destination,
+        ecn: t
+            .ecn
+            .and_then(|e| neqo_udp::EcnCodepoint::from_bits(e as u8)),
+        segment_size: t.segment_size,
+        src_ip: t.src_ip,
+    }
+}
+
+impl Driver {
+    /// Takes up to [`RECV_BUDGET`] batches from every path into the endpoint.
+    ///
+    /// # Errors
+    /// A socket error other than `WouldBlock`.
+    pub fn receive<A: Application>(&mut self, app: &mut A, now: Instant) -> io::Result<()> {
+        let mut rx = std::mem::take(&mut self.rx);
+        let mut result = Ok(());
+        'budget: for _ in 0..RECV_BUDGET {
+            let mut any = false;
+            for path in 0..self.paths.len() {
+                match self.paths[path].io.recv(&mut rx) {
+                    Ok(()) => any = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => {
+                        result = Err(e);
+                        break 'budget;
+                    }
+                }
+                for d in rx.drain(..) {
+                    self.on_datagram(app, path, d, now);
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        self.rx = rx;
+        result
+    }
+
+    fn on_datagram<A: Application>(&mut self, app: &mut A, path: usize, d: Datagram, now: Instant) {
+        let queue = &mut self.paths[path].queue;
+        let mut buf = queue.take_buffer();
+        let ecn = d
+            .ecn
+            .and_then(|e| quinn_proto::EcnCodepoint::from_bits(e.bits()));
+        let event = self
+            .conns
+            .endpoint
+            .handle(now, d.source, d.destination, ecn, d.data, &mut buf);
+        let response = match event {
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                if let Some(c) = self.conns.get_mut(ch.0) {
+                    c.conn.handle_event(event);
+                    self.conns.touch(ch.0);
+                }
+                None
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                match app.admit(self.conns.len(), incoming.remote_address()) {
+                    Admission::Accept(config) => {
+                        match self.conns.endpoint.accept(incoming, now, &mut buf, config) {
+                            Ok((ch, conn)) => {
+                                self.counters.accepted += 1;
+                                self.conns.insert(ch, conn, path, now);
+                                if let Some(c) = self.conns.get_mut(ch.0) {
+                                    app.accepted(ch, &mut c.conn);
+                                }
+                                None
+                            }
+                            Err(e) => {
+                                tracing::debug!("accept failed: {}", e.cause);
+                                e.response
+                            }
+                        }
+                    }
+                    Admission::Refuse => {
+                        self.counters.refused += 1;
+                        Some(self.conns.endpoint.refuse(incoming, &mut buf))
+                    }
+                }
+            }
+            Some(DatagramEvent::Response(t)) => Some(t),
+            None => None,
+        };
+        let queue = &mut self.paths[path].queue;
+        match response {
+            Some(t) => {
+                buf.truncate(t.size);
+                queue.push(buf, header(&t));
+            }
+            None => queue.recycle(buf),
+        }
+    }
+}

@@ -1,0 +1,606 @@
+//! The driver against an in-memory network, in the spirit of quinn-proto's test `Pair`: a
+//! client and a server driver, each over a fake datapath, on a virtual clock that jumps to the
+//! next thing due (a driver's deadline or a datagram's arrival). Deterministic: no sockets,
+//! no sleeping, no timing thresholds.
+
+use std::{
+    cell::RefCell,
+    collections::{HashMap, VecDeque},
+    io,
+    net::SocketAddr,
+    rc::Rc,
+    sync::Arc,
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use bytes::{Bytes, BytesMut};
+use neqo_udp::{Datagram, Sent, Stats, Transmit};
+use quinn_proto::{ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId};
+
+use super::*;
+use crate::tls::{self, Identity, TransportOptions, Trust};
+
+/// Bytes the client asks for.
+const DOWNLOAD: usize = 3 << 20;
+
+/// How a fake datapath's kernel behaves.
+#[derive(Debug, Clone, Copy)]
+struct Behaviour {
+    /// Transmits one send call takes at most.
+    per_call: usize,
+    /// Every this many send calls, one says `WouldBlock` (0: never).
+    block_every: usize,
+    /// Segments one message may carry; a longer run is refused once, and then...
+    gso_segments: usize,
+    /// ...after this many sends, GSO breaks: the next run is sent segment by segment, one
+    /// per call (as the socket's fallback does), and GSO stays off.
+    gso_breaks_after: Option<usize>,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Self {
+            per_call: usize::MAX,
+            block_every: 0,
+            gso_segments: 10,
+            gso_breaks_after: None,
+        }
+    }
+}
+
+/// Datagrams in flight, by destination, with their arrival times.
+#[derive(Default)]
+struct Net {
+    now: Option<Instant>,
+    one_way: Duration,
+    queues: HashMap<SocketAddr, VecDeque<(Instant, Vec<u8>, SocketAddr)>>,
+    /// Datagrams each address sent, counted where they went on the wire.
+    wire: HashMap<SocketAddr, u64>,
+}
+
+impl Net {
+    fn next_arrival(&self) -> Option<Instant> {
+        self.queues
+            .values()
+            .filter_map(|q| q.front().map(|x| x.0))
+            .min()
+    }
+}
+
+struct FakePath {
+    addr: SocketAddr,
+    net: Rc<RefCell<Net>>,
+    how: Behaviour,
+    calls: usize,
+    stats: Stats,
+    /// Segments of a run already sent one by one after GSO broke.
+    fallback: bool,
+}
+
+impl Datapath for FakePath {
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.addr)
+    }
+
+    fn max_segments_for(&self, _segment_size: usize) -> usize {
+        if self.fallback {
+            1
+        } else {
+            self.how.gso_segments
+        }
+    }
+
+    fn batch_size(&self) -> usize {
+        32
+    }
+
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<()> {
+        let mut net = self.net.borrow_mut();
+        let now = net.now.expect("clock set");
+        let queue = net.queues.entry(self.addr).or_default();
+        let before = out.len();
+        while let Some((at, data, source)) = queue.front()
+            && *at <= now
+            && out.len() - before < 32
+        {
+            out.push(Datagram {
+                data: BytesMut::from(&data[..]),
+                source: *source,
+                destination: Some(self.addr.ip()),
+                ecn: None,
+            });
+            queue.pop_front();
+        }
+        let got = out.len() - before;
+        if got == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.stats.rx.syscalls += 1;
+        self.stats.rx.datagrams += got as u64;
+        Ok(())
+    }
+
+    fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+        self.calls += 1;
+        if self.how.block_every > 0 && self.calls.is_multiple_of(self.how.block_every) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.stats.tx.syscalls += 1;
+        if !self.fallback && self.how.gso_breaks_after.is_some_and(|n| self.calls > n) {
+            self.fallback = true;
+        }
+        if self.fallback {
+            // GSO is broken: one datagram per call, as a socket that split a refused run
+            // sends it, reporting a run's progress segment by segment.
+            let t = &transmits[0];
+            let stride = t.stride();
+            self.deliver(&t.contents[..stride], t.destination);
+            return Ok(if stride < t.contents.len() {
+                Sent {
+                    transmits: 0,
+                    partial: stride,
+                }
+            } else {
+                Sent {
+                    transmits: 1,
+                    partial: 0,
+                }
+            });
+        }
+        let mut done = 0;
+        for t in transmits.iter().take(self.how.per_call) {
+            assert!(
+                t.datagrams() <= self.how.gso_segments,
+                "a transmit of {} segments where {} may go",
+                t.datagrams(),
+                self.how.gso_segments
+            );
+            for part in t.contents.chunks(t.stride().max(1)) {
+                self.deliver(part, t.destination);
+            }
+            done += 1;
+        }
+        Ok(Sent {
+            transmits: done,
+            partial: 0,
+        })
+    }
+
+    fn poll_recv_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_send_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats
+    }
+}
+
+impl FakePath {
+    fn deliver(&mut self, datagram: &[u8], to: SocketAddr) {
+        self.stats.tx.datagrams += 1;
+        let mut net = self.net.borrow_mut();
+        let at = net.now.expect("clock set") + net.one_way;
+        *net.wire.entry(self.addr).or_default() += 1;
+        net.queues
+            .entry(to)
+            .or_default()
+            .push_back((at, datagram.to_vec(), self.addr));
+    }
+}
+
+/// Byte `k` of the download.
+fn pattern(k: usize) -> u8 {
+    (k % 251) as u8
+}
+
+/// Serves `DOWNLOAD` pattern bytes on every stream the client opens.
+#[derive(Default)]
+struct Server {
+    written: HashMap<StreamId, usize>,
+}
+
+impl Server {
+    fn pump(&mut self, conn: &mut quinn_proto::Connection, id: StreamId) {
+        let Some(at) = self.written.get_mut(&id) else {
+            return;
+        };
+        let mut s = conn.send_stream(id);
+        while *at < DOWNLOAD {
+            let chunk: Vec<u8> = (*at..DOWNLOAD.min(*at + 65_536)).map(pattern).collect();
+            match s.write(&chunk) {
+                Ok(n) => *at += n,
+                Err(_) => return,
+            }
+        }
+        let _ = s.finish();
+        self.written.remove(&id);
+    }
+}
+
+impl Application for Server {
+    fn event(
+        &mut self,
+        _: ConnectionHandle,
+        conn: &mut quinn_proto::Connection,
+        ev: Event,
+        _: Instant,
+    ) {
+        match ev {
+            Event::Stream(StreamEvent::Opened { dir: Dir::Bi }) => {
+                while let Some(id) = conn.streams().accept(Dir::Bi) {
+                    self.written.insert(id, 0);
+                    self.pump(conn, id);
+                }
+            }
+            Event::Stream(StreamEvent::Writable { id }) => self.pump(conn, id),
+            _ => {}
+        }
+    }
+}
+
+/// Opens one connection, asks for the download on one stream, checks every byte, closes.
+#[derive(Default)]
+struct Client {
+    remote: Option<SocketAddr>,
+    config: Option<quinn_proto::ClientConfig>,
+    ch: Option<ConnectionHandle>,
+    got: usize,
+    wrong: usize,
+    finished: bool,
+    closed: Option<ConnectionError>,
+    drained: bool,
+}
+
+impl Application for Client {
+    fn event(
+        &mut self,
+        _: ConnectionHandle,
+        conn: &mut quinn_proto::Connection,
+        ev: Event,
+        now: Instant,
+    ) {
+        match ev {
+            Event::Connected => {
+                let id = conn.streams().open(Dir::Bi).expect("a stream");
+                conn.send_stream(id)
+                    .write_chunks(&mut [Bytes::from_static(b"GET")])
+                    .unwrap();
+                conn.send_stream(id).finish().unwrap();
+            }
+            Event::Stream(StreamEvent::Readable { id }) => {
+                let mut rs = conn.recv_stream(id);
+                let Ok(mut chunks) = rs.read(true) else {
+                    return;
+                };
+                loop {
+                    match chunks.next(usize::MAX) {
+                        Ok(Some(c)) => {
+                            assert_eq!(c.offset as usize, self.got, "in order");
+                            for (i, b) in c.bytes.iter().enumerate() {
+                                if *b != pattern(self.got + i) {
+                                    self.wrong += 1;
+                                }
+                            }
+                            self.got += c.bytes.len();
+                        }
+                        Ok(None) => {
+                            self.finished = true;
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let _ = chunks.finalize();
+                if self.finished {
+                    conn.close(now, 0u32.into(), Bytes::from_static(b"done"));
+                }
+            }
+            Event::ConnectionLost { reason } => self.closed = Some(reason),
+            _ => {}
+        }
+    }
+
+    fn poll(&mut self, driver: &mut Driver, _now: Instant) -> Option<Instant> {
+        if self.ch.is_none()
+            && let (Some(remote), Some(config)) = (self.remote, self.config.take())
+        {
+            self.ch = Some(driver.connect(0, config, remote, "localhost").unwrap());
+        }
+        None
+    }
+
+    fn drained(&mut self, _: ConnectionHandle, _: &quinn_proto::Connection) {
+        self.drained = true;
+    }
+
+    fn done(&self) -> bool {
+        self.closed.is_some() || self.drained
+    }
+}
+
+struct Pair {
+    net: Rc<RefCell<Net>>,
+    server: Driver,
+    server_app: Server,
+    client: Driver,
+    client_app: Client,
+    now: Instant,
+    /// Instants at which the server's path sent, and how many datagrams.
+    server_sends: Vec<(Instant, u64)>,
+}
+
+impl Pair {
+    fn new(pacing: bool, one_way: Duration, server_how: Behaviour, client_how: Behaviour) -> Self {
+        let identity = Identity::self_signed().unwrap();
+        let options = TransportOptions::default();
+        let mut server_config = quinn_proto::ServerConfig::with_crypto(
+            tls::server_crypto(&identity, &["t".into()]).unwrap(),
+        );
+        server_config.transport_config(Arc::new(options.transport("server").unwrap()));
+        let mut client_config = quinn_proto::ClientConfig::new(
+            tls::client_crypto(&Trust::Certs(identity.chain.clone()), "t").unwrap(),
+        );
+        client_config.transport_config(Arc::new(options.transport("client").unwrap()));
+        let now = Instant::now();
+        let net = Rc::new(RefCell::new(Net {
+            now: Some(now),
+            one_way,
+            ..Net::default()
+        }));
+        let path = |port: u16, how| {
+            Box::new(FakePath {
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                net: Rc::clone(&net),
+                how,
+                calls: 0,
+                stats: Stats::default(),
+                fallback: false,
+            }) as Box<dyn Datapath>
+        };
+        let server_addr = SocketAddr::from(([127, 0, 0, 1], 4433));
+        let server = Driver::with_datapaths(
+            vec![path(4433, server_how)],
+            Some(Arc::new(server_config)),
+            pacing,
+        );
+        let client = Driver::with_datapaths(vec![path(5555, client_how)], None, pacing);
+        Self {
+            net,
+            server,
+            server_app: Server::default(),
+            client,
+            client_app: Client {
+                remote: Some(server_addr),
+                config: Some(client_config),
+                ..Client::default()
+            },
+            now,
+            server_sends: Vec::new(),
+        }
+    }
+
+    /// Runs both drivers on the virtual clock until the client is done; returns the turns.
+    fn run(&mut self) -> usize {
+        for turns in 0..200_000 {
+            let wire_before = self.wire(4433);
+            self.server.receive(&mut self.server_app, self.now).unwrap();
+            self.client.receive(&mut self.client_app, self.now).unwrap();
+            let s = self.server.turn(&mut self.server_app, self.now).unwrap();
+            let c = self.client.turn(&mut self.client_app, self.now).unwrap();
+            let sent = self.wire(4433) - wire_before;
+            if sent > 0 {
+                self.server_sends.push((self.now, sent));
+            }
+            if c.done {
+                return turns;
+            }
+            // Next: whatever is due first; something always is, or the exchange is stuck. A
+            // driver with datagrams queued turns again at once (its socket is writable).
+            let queued = self.server.queued_datagrams() + self.client.queued_datagrams() > 0;
+            let next = [s.deadline, c.deadline, self.net.borrow().next_arrival()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or_else(|| {
+                    panic!(
+                        "nothing scheduled, the exchange stalled at turn {turns}: client got {} finished {} closed {:?}; open: server {} client {}",
+                        self.client_app.got,
+                        self.client_app.finished,
+                        self.client_app.closed,
+                        self.server.open_connections(),
+                        self.client.open_connections()
+                    )
+                });
+            if !queued {
+                self.now = self.now.max(next);
+            }
+            self.net.borrow_mut().now = Some(self.now);
+        }
+        panic!("no end after 200 000 turns");
+    }
+
+    fn wire(&self, port: u16) -> u64 {
+        let net = self.net.borrow();
+        *net.wire
+            .get(&SocketAddr::from(([127, 0, 0, 1], port)))
+            .unwrap_or(&0)
+    }
+
+    /// The download arrived whole and right, and the close reached the server.
+    fn assert_complete(&mut self) {
+        let c = &self.client_app;
+        assert!(c.finished, "the download finished");
+        assert_eq!(c.got, DOWNLOAD);
+        assert_eq!(c.wrong, 0, "every byte right");
+        assert!(c.drained, "the connection closed and drained");
+        assert_eq!(c.closed, None, "no error");
+        // Every datagram the drivers queued went on the wire.
+        assert_eq!(self.client.queued_datagrams(), 0);
+        assert_eq!(self.server.queued_datagrams(), 0);
+        assert_eq!(self.server.socket_stats().tx.datagrams, self.wire(4433));
+    }
+}
+
+#[test]
+fn a_download_completes_byte_exact_paced_and_unpaced() {
+    for pacing in [false, true] {
+        let mut pair = Pair::new(
+            pacing,
+            Duration::from_millis(5),
+            Behaviour::default(),
+            Behaviour::default(),
+        );
+        pair.run();
+        pair.assert_complete();
+        let counters = pair.server.counters();
+        assert_eq!(counters.accepted, 1);
+        assert!(counters.max_transmit_datagrams <= 10, "{counters:?}");
+        if pacing {
+            assert!(counters.paced_waits > 0, "the pacer held the sender back");
+        } else {
+            assert_eq!(counters.paced_waits, 0);
+        }
+    }
+}
+
+/// Pacing spreads the server's datagrams over more send instants, in smaller bursts, than the
+/// same download unpaced, on the same 40 ms round trip.
+#[test]
+fn pacing_releases_spread_the_bursts() {
+    let run = |pacing| {
+        let mut pair = Pair::new(
+            pacing,
+            Duration::from_millis(20),
+            Behaviour::default(),
+            Behaviour::default(),
+        );
+        pair.run();
+        pair.assert_complete();
+        let instants = pair.server_sends.len();
+        let largest = pair.server_sends.iter().map(|s| s.1).max().unwrap();
+        (instants, largest)
+    };
+    let (unpaced_instants, unpaced_largest) = run(false);
+    let (paced_instants, paced_largest) = run(true);
+    assert!(
+        paced_instants > 2 * unpaced_instants,
+        "paced: {paced_instants} send instants, unpaced {unpaced_instants}"
+    );
+    assert!(
+        paced_largest * 2 < unpaced_largest,
+        "largest burst paced {paced_largest}, unpaced {unpaced_largest}"
+    );
+}
+
+/// A kernel that takes one transmit per call and blocks every third call: what it did not
+/// take waits in the queue and goes next, and nothing is lost or sent twice.
+#[test]
+fn partial_sends_and_would_block_lose_nothing() {
+    let stingy = Behaviour {
+        per_call: 1,
+        block_every: 3,
+        ..Behaviour::default()
+    };
+    for pacing in [false, true] {
+        let mut pair = Pair::new(pacing, Duration::from_millis(2), stingy, stingy);
+        pair.run();
+        pair.assert_complete();
+    }
+}
+
+/// GSO breaks in the middle of the download: the socket sends one segment of a run and says
+/// how far it got; the rest of that run goes from the queue's buffer, and every later
+/// transmit is a single datagram.
+#[test]
+fn a_gso_fallback_mid_run_resumes_from_the_queue() {
+    let breaking = Behaviour {
+        gso_breaks_after: Some(20),
+        ..Behaviour::default()
+    };
+    let mut pair = Pair::new(
+        false,
+        Duration::from_millis(2),
+        breaking,
+        Behaviour::default(),
+    );
+    pair.run();
+    pair.assert_complete();
+    // After the break, the server's sends carried one datagram per transmit.
+    assert!(pair.server.counters().transmits > 100);
+}
+
+/// The idle timeout fires on the virtual clock: with the server gone silent (its datagrams
+/// never arrive), the client's connection times out, and the driver reports it done.
+#[test]
+fn timers_fire_when_due() {
+    let mut pair = Pair::new(
+        true,
+        Duration::from_millis(2),
+        Behaviour::default(),
+        Behaviour::default(),
+    );
+    // Drop everything addressed to the client.
+    pair.net.borrow_mut().one_way = Duration::from_millis(2);
+    let start = pair.now;
+    let client_addr = SocketAddr::from(([127, 0, 0, 1], 5555));
+    for _ in 0..100_000 {
+        pair.net.borrow_mut().queues.remove(&client_addr);
+        pair.server.receive(&mut pair.server_app, pair.now).unwrap();
+        pair.client.receive(&mut pair.client_app, pair.now).unwrap();
+        let s = pair.server.turn(&mut pair.server_app, pair.now).unwrap();
+        let c = pair.client.turn(&mut pair.client_app, pair.now).unwrap();
+        if c.done {
+            break;
+        }
+        let next = [s.deadline, c.deadline, pair.net.borrow().next_arrival()]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("the client's timers stay armed");
+        pair.now = pair.now.max(next);
+        pair.net.borrow_mut().now = Some(pair.now);
+    }
+    assert!(
+        matches!(pair.client_app.closed, Some(ConnectionError::TimedOut)),
+        "{:?}",
+        pair.client_app.closed
+    );
+    let idle = TransportOptions::default().idle_timeout;
+    let waited = pair.now - start;
+    assert!(
+        waited >= idle,
+        "timed out after {waited:?}, before the idle timeout"
+    );
+    assert!(
+        waited < idle * 3,
+        "timed out after {waited:?}: a timer was late"
+    );
+}
+
+/// A driver whose application is done is not done while its queue holds packets: they go
+/// out first. (The client's socket here accepts nothing.)
+#[test]
+fn done_waits_for_the_queue() {
+    let blocking = Behaviour {
+        block_every: 1,
+        ..Behaviour::default()
+    };
+    let mut pair = Pair::new(
+        false,
+        Duration::from_millis(2),
+        Behaviour::default(),
+        blocking,
+    );
+    let first = pair.client.turn(&mut pair.client_app, pair.now).unwrap();
+    assert!(!first.done);
+    assert!(pair.client.queued_datagrams() > 0, "the Initial waits");
+    // The application gives up; its datagrams still wait.
+    pair.client_app.closed = Some(ConnectionError::TimedOut);
+    let second = pair.client.turn(&mut pair.client_app, pair.now).unwrap();
+    assert!(!second.done, "not done with datagrams queued");
+}

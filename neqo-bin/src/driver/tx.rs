@@ -1,0 +1,102 @@
+//! The send round: every ready connection is asked for a transmit in turn (round robin), as
+//! many segments as its pacer and the socket allow, into its path's queue; a syscall's worth
+//! at a time is flushed, until every connection is idle or paced or the sockets are full.
+
+use std::{io, time::Instant};
+
+use super::{Driver, rx::header};
+use crate::pacer::BURST_DATAGRAMS;
+
+impl Driver {
+    /// Polls ready connections for transmits and flushes them, until nothing more goes.
+    pub(super) fn transmit(&mut self, now: Instant) -> io::Result<()> {
+        for p in &mut self.paths {
+            p.blocked = false;
+        }
+        loop {
+            let mut produced = false;
+            while self.generate_round(now) {
+                produced = true;
+                if self
+                    .paths
+                    .iter()
+                    .all(|p| p.blocked || p.queue.len() >= p.queue_limit)
+                {
+                    break;
+                }
+            }
+            let mut flushed = false;
+            for p in &mut self.paths {
+                flushed |= p.flush()?;
+            }
+            if !produced && !flushed {
+                break;
+            }
+        }
+        // Connections left in the round (their path is full) sent packets this turn, which
+        // moved their quinn-proto timers.
+        for i in 0..self.conns.ready_len() {
+            if let Some(idx) = self.conns.ready_at(i) {
+                self.arm(idx);
+            }
+        }
+        Ok(())
+    }
+
+    /// One pass over the send round, at most one transmit per connection; returns whether any
+    /// was produced. A connection that produced one stays in the round; one that had nothing,
+    /// or must wait for its pacer, leaves it until its next event or wake-up.
+    fn generate_round(&mut self, now: Instant) -> bool {
+        let mut produced = false;
+        for _ in 0..self.conns.ready_len() {
+            let Some(idx) = self.conns.pop_ready() else {
+                break;
+            };
+            let Some(c) = self.conns.get_mut(idx) else {
+                continue;
+            };
+            let path = &mut self.paths[c.path];
+            if path.blocked || path.queue.len() >= path.queue_limit {
+                self.conns.make_ready(idx);
+                continue;
+            }
+            let mtu = usize::from(c.conn.current_mtu());
+            let mut max = path.io.max_segments_for(mtu);
+            if self.pacing && c.conn.is_handshaking() {
+                // The handshake's flights go out unpaced (the pacer has no RTT sample yet and
+                // would hold each flight back by tens of milliseconds), in runs of at most
+                // BURST_DATAGRAMS; anti-amplification and the initial window bound them, and
+                // RFC 9002 §7.7 lets a sender burst its initial window.
+                max = max.min(BURST_DATAGRAMS);
+            } else if self.pacing {
+                let window = c.conn.congestion_state().window();
+                match c.pacer.allowance(now, window, c.conn.rtt(), mtu) {
+                    Ok(n) => max = max.min(n),
+                    Err(_) => {
+                        self.counters.paced_waits += 1;
+                        self.arm(idx);
+                        continue;
+                    }
+                }
+            }
+            let mut buf = path.queue.take_buffer();
+            if let Some(t) = c.conn.poll_transmit(now, max, &mut buf) {
+                if self.pacing {
+                    c.pacer.consume(t.size);
+                }
+                buf.truncate(t.size);
+                let datagrams = t.segment_size.map_or(1, |s| t.size.div_ceil(s)) as u64;
+                self.counters.transmits += 1;
+                self.counters.max_transmit_datagrams =
+                    self.counters.max_transmit_datagrams.max(datagrams);
+                path.queue.push(buf, header(&t));
+                self.conns.make_ready(idx);
+                produced = true;
+            } else {
+                path.queue.recycle(buf);
+                self.arm(idx);
+            }
+        }
+        produced
+    }
+}

@@ -1,0 +1,403 @@
+//! The server's [`Application`]: reads each request to its FIN, then answers it with generated
+//! bytes or a file, or resets the stream. Files are opened and read off the driver thread
+//! ([`disk`]), one chunk in flight per stream.
+
+use std::{
+    fs::File,
+    net::SocketAddr,
+    ops::ControlFlow,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    task::{Context, Poll},
+    time::Instant,
+};
+
+use bytes::BytesMut;
+use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId};
+
+use super::{BAD_REQUEST, REFUSED, ServerConfig, ServerReport};
+use crate::{
+    body::{self, Pumped, ReadEnd, Source, StreamClosed},
+    disk::{self, FileChunk, Jobs},
+    driver::{Admission, Application, Driver},
+    hq::{self, Target},
+    idmap::IdMap,
+    perf,
+    tls::{self, ALPN_PERF},
+};
+
+/// The request bytes of a stream, as its protocol reads them.
+#[derive(Debug)]
+enum Request {
+    Hq(BytesMut),
+    Perf(perf::RequestReader),
+}
+
+#[derive(Debug)]
+struct StreamState {
+    /// Tells this request from another that later gets the same connection handle and stream
+    /// id, so that a late file result is not taken for it.
+    token: u64,
+    request: Request,
+    /// The response, once the request is complete.
+    source: Option<Source>,
+    /// The file being sent, when one is.
+    file: Option<FileState>,
+}
+
+/// A file being sent.
+#[derive(Debug)]
+struct FileState {
+    /// `None` while a read is in flight (the job holds the file), or once all is read.
+    file: Option<File>,
+    /// Bytes still to read.
+    remaining: u64,
+}
+
+#[derive(Debug, Default)]
+struct ConnState {
+    streams: IdMap<StreamId, StreamState>,
+}
+
+/// A file job's result for one stream.
+#[derive(Debug)]
+struct FileDone {
+    ch: ConnectionHandle,
+    id: StreamId,
+    token: u64,
+    /// The next chunk, or what to log before resetting the stream.
+    result: Result<FileChunk, String>,
+}
+
+pub(super) struct ServerApp {
+    root: Option<Arc<Path>>,
+    crypto: Arc<quinn_proto::crypto::rustls::QuicServerConfig>,
+    config: ServerConfig,
+    conns: IdMap<ConnectionHandle, ConnState>,
+    pub(super) report: ServerReport,
+    next_stats: Instant,
+    started: Instant,
+    /// [`Driver::open_connections`] after every turn, for
+    /// [`ServerHandle::open_connections`](super::ServerHandle::open_connections).
+    pub(super) open: Arc<AtomicUsize>,
+    files: Jobs<FileDone>,
+    next_token: u64,
+}
+
+impl ServerApp {
+    /// `root` must be canonical.
+    pub(super) fn new(
+        root: Option<PathBuf>,
+        crypto: Arc<quinn_proto::crypto::rustls::QuicServerConfig>,
+        config: ServerConfig,
+        now: Instant,
+    ) -> Self {
+        Self {
+            root: root.map(Arc::from),
+            crypto,
+            config,
+            conns: IdMap::default(),
+            report: ServerReport::default(),
+            next_stats: now,
+            started: now,
+            open: Arc::default(),
+            files: Jobs::default(),
+            next_token: 0,
+        }
+    }
+}
+
+impl Application for ServerApp {
+    fn admit(&mut self, open: usize, remote: SocketAddr) -> Admission {
+        if self.config.max_connections.is_some_and(|max| open >= max) {
+            tracing::info!("refusing connection from {remote}: {open} open");
+            return Admission::Refuse;
+        }
+        if self.config.transport.qlog_dir.is_some() {
+            let label = tls::qlog_label("server");
+            match self.config.transport.transport(&label) {
+                Ok(t) => {
+                    let mut sc = quinn_proto::ServerConfig::with_crypto(self.crypto.clone());
+                    sc.transport_config(Arc::new(t));
+                    return Admission::Accept(Some(Arc::new(sc)));
+                }
+                Err(e) => tracing::warn!("qlog: {e:#}"),
+            }
+        }
+        Admission::Accept(None)
+    }
+
+    fn accepted(&mut self, ch: ConnectionHandle, _conn: &mut Connection) {
+        self.conns.insert(ch, ConnState::default());
+    }
+
+    fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, _now: Instant) {
+        let Some(state) = self.conns.get_mut(&ch) else {
+            return;
+        };
+        match event {
+            Event::ConnectionLost { reason } => {
+                tracing::debug!("connection {ch:?} lost: {reason}");
+                self.conns.remove(&ch);
+            }
+            Event::Stream(StreamEvent::Opened { dir }) => {
+                let perf = tls::negotiated_alpn(conn).as_deref() == Some(ALPN_PERF);
+                let mut opened = Vec::new();
+                while let Some(id) = conn.streams().accept(dir) {
+                    if dir == Dir::Uni {
+                        let _ = conn.recv_stream(id).stop(0u32.into());
+                        continue;
+                    }
+                    let request = if perf {
+                        Request::Perf(perf::RequestReader::default())
+                    } else {
+                        Request::Hq(BytesMut::new())
+                    };
+                    self.next_token += 1;
+                    state.streams.insert(
+                        id,
+                        StreamState {
+                            token: self.next_token,
+                            request,
+                            source: None,
+                            file: None,
+                        },
+                    );
+                    opened.push(id);
+                }
+                for id in opened {
+                    self.read(ch, conn, id);
+                }
+            }
+            Event::Stream(StreamEvent::Readable { id }) => self.read(ch, conn, id),
+            Event::Stream(StreamEvent::Writable { id }) => self.pump(ch, conn, id),
+            Event::Stream(StreamEvent::Finished { id } | StreamEvent::Stopped { id, .. }) => {
+                state.streams.remove(&id);
+            }
+            Event::Connected
+            | Event::Stream(StreamEvent::Available { .. })
+            | Event::HandshakeDataReady
+            | Event::DatagramReceived
+            | Event::DatagramsUnblocked => {}
+        }
+    }
+
+    fn drained(&mut self, ch: ConnectionHandle, _conn: &Connection) {
+        self.conns.remove(&ch);
+    }
+
+    fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
+        while let Some(done) = self.files.take() {
+            driver.update(done.ch, |conn| self.file_done(conn, done));
+        }
+        self.open
+            .store(driver.open_connections(), Ordering::Relaxed);
+        let interval = self.config.stats_interval?;
+        if now >= self.next_stats {
+            if self.started != now {
+                let mut r = self.report.clone();
+                r.fill(driver, 0);
+                eprintln!(
+                    "neqo-server stats: open connections {}; {}",
+                    driver.open_connections(),
+                    r.summary()
+                );
+            }
+            self.next_stats = now + interval;
+        }
+        Some(self.next_stats)
+    }
+
+    fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.files.poll_ready(cx)
+    }
+}
+
+impl ServerApp {
+    /// Reads request bytes; answers once the request is complete.
+    fn read(&mut self, ch: ConnectionHandle, conn: &mut Connection, id: StreamId) {
+        let Some(cs) = self.conns.get_mut(&ch) else {
+            return;
+        };
+        let Some(st) = cs.streams.get_mut(&id) else {
+            return;
+        };
+        if st.source.is_some() {
+            return;
+        }
+        let mut too_long = false;
+        let bytes_received = &mut self.report.bytes_received;
+        let end = body::read_stream(conn, id, |chunk| {
+            *bytes_received += chunk.bytes.len() as u64;
+            match &mut st.request {
+                Request::Hq(buf) => {
+                    // Checked as it arrives so that a long request costs no more memory.
+                    if buf.len() + chunk.bytes.len() > hq::MAX_REQUEST {
+                        too_long = true;
+                        return ControlFlow::Break(());
+                    }
+                    buf.extend_from_slice(&chunk.bytes);
+                }
+                Request::Perf(r) => r.push(&chunk.bytes),
+            }
+            ControlFlow::Continue(())
+        });
+        if matches!(end, ReadEnd::Reset(_)) {
+            cs.streams.remove(&id);
+        } else if too_long {
+            tracing::warn!("refusing request on stream {id}: {}", hq::Error::TooLong);
+            self.refuse(ch, conn, id, hq::BAD_REQUEST);
+        } else if end == ReadEnd::Fin {
+            self.answer(ch, conn, id);
+        }
+    }
+
+    /// Starts the response to a complete request, or refuses it.
+    fn answer(&mut self, ch: ConnectionHandle, conn: &mut Connection, id: StreamId) {
+        let Some(st) = self.conns.get_mut(&ch).and_then(|c| c.streams.get_mut(&id)) else {
+            return;
+        };
+        let len = match &st.request {
+            Request::Perf(r) => r.response_len().map_err(|e| {
+                (
+                    format!("refusing request on stream {id}: {e}"),
+                    hq::BAD_REQUEST,
+                )
+            }),
+            Request::Hq(buf) => match hq::parse_request(buf) {
+                Ok(Target::Generated(n)) => Ok(n),
+                Ok(Target::File(path)) => {
+                    let path = path.to_owned();
+                    st.source = Some(Source::fed());
+                    st.file = Some(FileState {
+                        file: None,
+                        remaining: 0,
+                    });
+                    let (root, token) = (self.root.clone(), st.token);
+                    self.files.spawn(move || FileDone {
+                        ch,
+                        id,
+                        token,
+                        result: hq::open(root.as_deref(), &path)
+                            .map_err(|e| format!("refusing request for {path:?}: {e}"))
+                            .and_then(|(file, len)| {
+                                disk::read_chunk(file, len)
+                                    .map_err(|e| format!("reading {path:?}: {e}"))
+                            }),
+                    });
+                    return;
+                }
+                Err(e) => Err((format!("refusing request on stream {id}: {e}"), e.code())),
+            },
+        };
+        match len {
+            Ok(n) => {
+                st.source = Some(Source::pattern(None, n));
+                self.pump(ch, conn, id);
+            }
+            Err((why, code)) => {
+                tracing::warn!("{why}");
+                self.refuse(ch, conn, id, code);
+            }
+        }
+    }
+
+    /// A file job finished: sends the chunk, or resets the stream.
+    fn file_done(&mut self, conn: &mut Connection, done: FileDone) {
+        let FileDone {
+            ch,
+            id,
+            token,
+            result,
+        } = done;
+        let Some(st) = self
+            .conns
+            .get_mut(&ch)
+            .and_then(|c| c.streams.get_mut(&id))
+            .filter(|s| s.token == token)
+        else {
+            return;
+        };
+        match result {
+            Ok(chunk) => {
+                let last = chunk.remaining == 0;
+                st.file = Some(FileState {
+                    file: chunk.file,
+                    remaining: chunk.remaining,
+                });
+                if let Some(src) = &mut st.source {
+                    src.feed(chunk.data, last);
+                }
+                self.pump(ch, conn, id);
+            }
+            Err(why) => {
+                tracing::warn!("{why}");
+                self.refuse(ch, conn, id, hq::REFUSED);
+            }
+        }
+    }
+
+    /// Starts reading the next chunk of the stream's file, unless a read is in flight.
+    fn read_file(&mut self, ch: ConnectionHandle, id: StreamId) {
+        let Some(st) = self.conns.get_mut(&ch).and_then(|c| c.streams.get_mut(&id)) else {
+            return;
+        };
+        let token = st.token;
+        let Some(fs) = &mut st.file else {
+            return;
+        };
+        // None: a read is in flight, or everything is read.
+        let Some(file) = fs.file.take() else {
+            return;
+        };
+        let remaining = fs.remaining;
+        self.files.spawn(move || FileDone {
+            ch,
+            id,
+            token,
+            result: disk::read_chunk(file, remaining)
+                .map_err(|e| format!("reading the file for stream {id}: {e}")),
+        });
+    }
+
+    /// Resets the stream with `code` ([`hq::REFUSED`] or [`hq::BAD_REQUEST`]).
+    fn refuse(&mut self, ch: ConnectionHandle, conn: &mut Connection, id: StreamId, code: u64) {
+        self.report.refused_requests += 1;
+        let code = if code == hq::BAD_REQUEST {
+            BAD_REQUEST
+        } else {
+            REFUSED
+        };
+        let _ = conn.send_stream(id).reset(code);
+        let _ = conn.recv_stream(id).stop(code);
+        if let Some(cs) = self.conns.get_mut(&ch) {
+            cs.streams.remove(&id);
+        }
+    }
+
+    fn pump(&mut self, ch: ConnectionHandle, conn: &mut Connection, id: StreamId) {
+        let Some(cs) = self.conns.get_mut(&ch) else {
+            return;
+        };
+        let Some(src) = cs.streams.get_mut(&id).and_then(|s| s.source.as_mut()) else {
+            return;
+        };
+        let before = src.written;
+        let result = src.pump(&mut conn.send_stream(id));
+        self.report.bytes_sent += src.written - before;
+        match result {
+            Ok(Pumped::Blocked) => {}
+            Ok(Pumped::Starved) => self.read_file(ch, id),
+            Ok(Pumped::Finished) => {
+                self.report.requests += 1;
+                cs.streams.remove(&id);
+            }
+            Err(StreamClosed) => {
+                cs.streams.remove(&id);
+            }
+        }
+    }
+}

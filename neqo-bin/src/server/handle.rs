@@ -1,0 +1,128 @@
+//! [`ServerHandle`]: a server on its own thread, for tests and benches.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+use rustls::pki_types::CertificateDer;
+
+use super::{Server, ServerConfig, ServerReport};
+
+/// A server on its own thread with its own current-thread runtime, for tests and benches.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addrs: Vec<SocketAddr>,
+    certificate: Vec<CertificateDer<'static>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<ServerReport>>>,
+    open: Arc<AtomicUsize>,
+}
+
+impl ServerHandle {
+    /// Binds and starts serving; returns once the sockets are bound.
+    ///
+    /// # Errors
+    /// As [`Server::bind`].
+    pub fn start(config: ServerConfig) -> anyhow::Result<Self> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("neqo-server".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let server = match Server::bind(config) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let msg = format!("{e:#}");
+                            let _ = ready_tx.send(Err(e));
+                            anyhow::bail!(msg);
+                        }
+                    };
+                    let _ = ready_tx.send(Ok((
+                        server.local_addrs(),
+                        server.certificate().to_vec(),
+                        Arc::clone(&server.app.open),
+                    )));
+                    server
+                        .run(async move {
+                            let _ = stopped.await;
+                        })
+                        .await
+                })
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok((addrs, certificate, open))) => Ok(Self {
+                addrs,
+                certificate,
+                stop: Some(stop),
+                thread: Some(thread),
+                open,
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => match thread.join() {
+                Ok(Err(e)) => Err(e),
+                _ => Err(anyhow::anyhow!("server thread died")),
+            },
+        }
+    }
+
+    /// The first bound address.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    /// Every bound address.
+    #[must_use]
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// The server's certificate chain (to trust it in a client).
+    #[must_use]
+    pub fn certificate(&self) -> &[CertificateDer<'static>] {
+        &self.certificate
+    }
+
+    /// Connections open now (accepted, not yet drained; per-connection state included), as
+    /// of the server's last turn.
+    #[must_use]
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Stops the server and returns its report.
+    ///
+    /// # Errors
+    /// What the server failed with.
+    pub fn stop(mut self) -> anyhow::Result<ServerReport> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> anyhow::Result<ServerReport> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(anyhow::anyhow!("server thread panicked")),
+            None => Ok(ServerReport::default()),
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

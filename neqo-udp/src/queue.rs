@@ -1,0 +1,268 @@
+//! [`TxQueue`]: transmits waiting for the kernel, in owned buffers from a pool.
+
+use std::{
+    collections::VecDeque,
+    io,
+    net::{IpAddr, SocketAddr},
+};
+
+use crate::{
+    send::Sent,
+    transmit::{EcnCodepoint, Transmit},
+};
+
+/// Where and how a queued buffer goes: a [`Transmit`] without its contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransmitHeader {
+    /// Where to send it.
+    pub destination: SocketAddr,
+    /// ECN codepoint to mark every datagram with.
+    pub ecn: Option<EcnCodepoint>,
+    /// Segment size of a run, as in [`Transmit::segment_size`].
+    pub segment_size: Option<usize>,
+    /// Source address to send from.
+    pub src_ip: Option<IpAddr>,
+}
+
+#[derive(Debug)]
+struct Queued {
+    buf: Vec<u8>,
+    /// Bytes at the front already finished (a run the kernel took part of).
+    start: usize,
+    header: TransmitHeader,
+}
+
+impl Queued {
+    fn transmit(&self) -> Transmit<'_> {
+        Transmit {
+            destination: self.header.destination,
+            ecn: self.header.ecn,
+            contents: &self.buf[self.start..],
+            segment_size: self.header.segment_size,
+            src_ip: self.header.src_ip,
+        }
+    }
+}
+
+/// The transmits of one socket waiting for the kernel, in order, each in an owned buffer;
+/// and the pool those buffers come from and return to.
+///
+/// The queue is the only place a transmit waits: what a send did not take (a full socket
+/// buffer, or the kernel stopping in the middle of a run) stays at its head, and the next
+/// [`flush`](Self::flush) goes on from exactly there. Buffers are recycled, so a steady
+/// sender allocates nothing.
+///
+/// Every datagram pushed ends up sent or dropped (both counted in the socket's stats) or is
+/// still queued: `pushed_datagrams() == stats.tx.datagrams + stats.tx_dropped.total() +
+/// queued_datagrams()` for a queue that is a socket's only sender.
+#[derive(Debug)]
+pub struct TxQueue {
+    queue: VecDeque<Queued>,
+    pool: Vec<Vec<u8>>,
+    buffer_capacity: usize,
+    pushed: u64,
+    /// The slice handed to the socket, kept for its allocation.
+    scratch: Vec<Transmit<'static>>,
+}
+
+impl TxQueue {
+    /// An empty queue whose fresh buffers hold `buffer_capacity` bytes (a whole GSO run:
+    /// [`MAX_UDP_PAYLOAD`](crate::MAX_UDP_PAYLOAD) is the most a transmit can usefully carry).
+    #[must_use]
+    pub fn new(buffer_capacity: usize) -> Self {
+        Self {
+            queue: VecDeque::new(),
+            pool: Vec::new(),
+            buffer_capacity,
+            pushed: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// An empty buffer from the pool, with at least the queue's buffer capacity.
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        let mut buf = self
+            .pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.buffer_capacity));
+        buf.clear();
+        buf
+    }
+
+    /// Returns a buffer to the pool (one taken and not pushed, say).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if buf.capacity() >= self.buffer_capacity {
+            self.pool.push(buf);
+        }
+    }
+
+    /// Queues `buf` to be sent as `header` says.
+    pub fn push(&mut self, buf: Vec<u8>, header: TransmitHeader) {
+        let queued = Queued {
+            buf,
+            start: 0,
+            header,
+        };
+        self.pushed += queued.transmit().datagrams() as u64;
+        self.queue.push_back(queued);
+    }
+
+    /// Transmits waiting (a partly sent one counts as one).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether nothing waits.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Datagrams waiting.
+    #[must_use]
+    pub fn queued_datagrams(&self) -> usize {
+        self.queue.iter().map(|q| q.transmit().datagrams()).sum()
+    }
+
+    /// Datagrams ever pushed.
+    #[must_use]
+    pub const fn pushed_datagrams(&self) -> u64 {
+        self.pushed
+    }
+
+    /// Hands everything queued to `send` (e.g. [`UdpSocketState::send`](crate::UdpSocketState::send)
+    /// or `Socket::send`) once, and keeps what it did not finish. Returns how many transmits
+    /// were finished.
+    ///
+    /// # Errors
+    /// `send`'s: `WouldBlock` when it finished nothing, or a broken socket's error.
+    pub fn flush(
+        &mut self,
+        send: impl FnOnce(&[Transmit<'_>]) -> io::Result<Sent>,
+    ) -> io::Result<usize> {
+        if self.queue.is_empty() {
+            return Ok(0);
+        }
+        let mut transmits = recycle(std::mem::take(&mut self.scratch));
+        transmits.extend(self.queue.iter().map(Queued::transmit));
+        let result = send(&transmits);
+        self.scratch = recycle(transmits);
+        let sent = result?;
+        let done = sent.transmits.min(self.queue.len());
+        for q in self.queue.drain(..done) {
+            self.pool.push(q.buf);
+        }
+        if sent.partial > 0
+            && let Some(head) = self.queue.front_mut()
+        {
+            debug_assert!(
+                head.header
+                    .segment_size
+                    .is_some_and(|s| s > 0 && sent.partial % s == 0),
+                "partial progress is whole segments"
+            );
+            head.start = (head.start + sent.partial).min(head.buf.len());
+        }
+        Ok(done)
+    }
+}
+
+/// An empty vector of another lifetime on the same allocation (std collects in place when
+/// the element layouts match), so the per-flush `Transmit` slice is not reallocated.
+fn recycle<'b>(mut v: Vec<Transmit<'_>>) -> Vec<Transmit<'b>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(seg: Option<usize>) -> TransmitHeader {
+        TransmitHeader {
+            destination: "127.0.0.1:9".parse().unwrap(),
+            ecn: Some(EcnCodepoint::Ect0),
+            segment_size: seg,
+            src_ip: None,
+        }
+    }
+
+    fn filled(q: &mut TxQueue, bytes: &[u8]) -> Vec<u8> {
+        let mut b = q.take_buffer();
+        b.extend_from_slice(bytes);
+        b
+    }
+
+    #[test]
+    fn flush_keeps_what_was_not_taken_and_resumes_mid_run() {
+        let mut q = TxQueue::new(2048);
+        let run: Vec<u8> = (0..30u8).collect();
+        let b = filled(&mut q, &run);
+        q.push(b, header(Some(10)));
+        let b = filled(&mut q, b"tail");
+        q.push(b, header(None));
+        assert_eq!(q.pushed_datagrams(), 4);
+        assert_eq!(q.queued_datagrams(), 4);
+
+        // The kernel takes the first segment of the run, then blocks.
+        let taken = q
+            .flush(|ts| {
+                assert_eq!(ts.len(), 2);
+                assert_eq!(ts[0].contents, &run[..]);
+                assert_eq!(ts[0].ecn, Some(EcnCodepoint::Ect0));
+                Ok(Sent {
+                    transmits: 0,
+                    partial: 10,
+                })
+            })
+            .unwrap();
+        assert_eq!(taken, 0);
+        assert_eq!(q.queued_datagrams(), 3);
+        assert_eq!(q.queue[0].transmit().datagrams(), 2);
+
+        // The next flush starts where that one stopped.
+        let taken = q
+            .flush(|ts| {
+                assert_eq!(ts[0].contents, &run[10..]);
+                assert_eq!(ts[0].segment_size, Some(10));
+                assert_eq!(ts[1].contents, b"tail");
+                Ok(Sent {
+                    transmits: 2,
+                    partial: 0,
+                })
+            })
+            .unwrap();
+        assert_eq!(taken, 2);
+        assert!(q.is_empty());
+        assert_eq!(q.queued_datagrams(), 0);
+    }
+
+    #[test]
+    fn would_block_keeps_everything_and_buffers_are_reused() {
+        let mut q = TxQueue::new(2048);
+        let b = filled(&mut q, b"x");
+        let ptr = b.as_ptr();
+        q.push(b, header(None));
+        let e = q
+            .flush(|_| Err(io::ErrorKind::WouldBlock.into()))
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(q.len(), 1);
+        q.flush(|ts| {
+            Ok(Sent {
+                transmits: ts.len(),
+                partial: 0,
+            })
+        })
+        .unwrap();
+        assert!(q.is_empty());
+        let again = q.take_buffer();
+        assert_eq!(again.as_ptr(), ptr, "the sent buffer came back to the pool");
+        assert!(again.is_empty());
+        // An empty queue calls nothing.
+        assert_eq!(q.flush(|_| unreachable!()).unwrap(), 0);
+    }
+}

@@ -1,0 +1,143 @@
+//! What a caller hands the socket to send: [`Transmit`], and its ECN codepoint.
+
+use std::net::{IpAddr, SocketAddr};
+
+/// Largest UDP payload that fits any IP version a socket may use: IPv4's 65 535 minus the
+/// 20-byte IP and 8-byte UDP headers. (IPv6 allows 65 527; a dual-stack socket may send both.)
+/// A GSO run is cut so that no syscall carries more than this.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// The ECN codepoint of an IP header (RFC 3168), without the "not ECT" value, which is `None`
+/// wherever an `Option<EcnCodepoint>` appears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EcnCodepoint {
+    /// ECT(0), `0b10`.
+    Ect0 = 0b10,
+    /// ECT(1), `0b01`.
+    Ect1 = 0b01,
+    /// Congestion experienced, `0b11`.
+    Ce = 0b11,
+}
+
+impl EcnCodepoint {
+    /// The codepoint of the two low bits of a TOS or traffic-class byte; `None` for not-ECT.
+    #[must_use]
+    pub const fn from_bits(bits: u8) -> Option<Self> {
+        match bits & 0b11 {
+            0b10 => Some(Self::Ect0),
+            0b01 => Some(Self::Ect1),
+            0b11 => Some(Self::Ce),
+            _ => None,
+        }
+    }
+
+    /// The two bits of the codepoint.
+    #[must_use]
+    pub const fn bits(self) -> u8 {
+        self as u8
+    }
+}
+
+/// One or more datagrams to one destination: a single datagram, or, with `segment_size`, a
+/// run of equal-size segments (the last may be shorter) that the kernel splits (GSO) or the
+/// socket sends one by one where GSO is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit<'a> {
+    /// Where to send it.
+    pub destination: SocketAddr,
+    /// ECN codepoint to mark every datagram with.
+    pub ecn: Option<EcnCodepoint>,
+    /// The payload: one datagram, or the segments back to back.
+    pub contents: &'a [u8],
+    /// Segment size of a run; `None` (or a size not below the length) means one datagram.
+    pub segment_size: Option<usize>,
+    /// Source address to send from (`IP_PKTINFO`), for a socket bound to a wildcard address.
+    pub src_ip: Option<IpAddr>,
+}
+
+impl<'a> Transmit<'a> {
+    /// One datagram of `contents` to `destination`, no ECN, no source address.
+    #[must_use]
+    pub const fn new(destination: SocketAddr, contents: &'a [u8]) -> Self {
+        Self {
+            destination,
+            ecn: None,
+            contents,
+            segment_size: None,
+            src_ip: None,
+        }
+    }
+
+    /// The length of each datagram but the last: the segment size of a run, else the length.
+    #[must_use]
+    pub fn stride(&self) -> usize {
+        match self.segment_size {
+            Some(seg) if seg > 0 && seg < self.contents.len() => seg,
+            _ => self.contents.len(),
+        }
+    }
+
+    /// Datagrams this transmit carries (an empty one is one empty datagram).
+    #[must_use]
+    pub fn datagrams(&self) -> usize {
+        datagrams_in(self.contents.len(), self.stride())
+    }
+
+    /// The same transmit with `contents` replaced by a part of it.
+    pub(crate) const fn with_contents<'b>(&self, contents: &'b [u8]) -> Transmit<'b> {
+        Transmit {
+            destination: self.destination,
+            ecn: self.ecn,
+            contents,
+            segment_size: self.segment_size,
+            src_ip: self.src_ip,
+        }
+    }
+}
+
+/// Datagrams in `len` bytes cut at `stride` (at least one: an empty datagram is a datagram).
+pub(crate) const fn datagrams_in(len: usize, stride: usize) -> usize {
+    if stride == 0 || len <= stride {
+        1
+    } else {
+        len.div_ceil(stride)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ecn_bits_round_trip() {
+        for e in [EcnCodepoint::Ect0, EcnCodepoint::Ect1, EcnCodepoint::Ce] {
+            assert_eq!(EcnCodepoint::from_bits(e.bits()), Some(e));
+            // The upper six bits (DSCP) are ignored.
+            assert_eq!(EcnCodepoint::from_bits(e.bits() | 0b1010_1000), Some(e));
+        }
+        assert_eq!(EcnCodepoint::from_bits(0), None);
+    }
+
+    #[test]
+    fn datagram_counts() {
+        let dest = "127.0.0.1:1".parse().unwrap();
+        let data = [0u8; 2500];
+        let t = |seg| Transmit {
+            segment_size: seg,
+            ..Transmit::new(dest, &data)
+        };
+        assert_eq!(t(None).datagrams(), 1);
+        assert_eq!(t(Some(1200)).datagrams(), 3);
+        assert_eq!(t(Some(1200)).stride(), 1200);
+        assert_eq!(t(Some(2500)).datagrams(), 1);
+        assert_eq!(t(Some(9000)).stride(), 2500);
+        assert_eq!(
+            t(Some(0)).datagrams(),
+            1,
+            "a zero segment size means one datagram"
+        );
+        assert_eq!(Transmit::new(dest, &[]).datagrams(), 1);
+        assert_eq!(datagrams_in(2400, 1200), 2);
+    }
+}
