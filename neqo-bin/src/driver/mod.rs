@@ -41,7 +41,7 @@ use std::{
     pin::{Pin, pin},
     sync::Arc,
     task::Poll,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 pub use application::{Admission, Application};
@@ -57,6 +57,10 @@ use crate::pacer::{PRECISE_WITHIN, PacingTimer, PreciseTimer};
 use conns::Connections;
 use datapath::Path;
 use scheduler::Scheduler;
+
+/// How long a shutdown waits for a full socket to take the connections' closes before it
+/// gives up on them.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
 /// Capacity of a transmit buffer: one full GSO run.
 const TX_BUF: usize = neqo_udp::MAX_UDP_PAYLOAD + 1500;
@@ -81,6 +85,9 @@ pub struct Driver {
     counters: DriverCounters,
     /// Datagrams of one receive, kept for its allocation.
     rx: Vec<Datagram>,
+    /// Set by [`close_all`](Driver::close_all): until when the driver waits for the closed
+    /// connections to drain.
+    closing: Option<Instant>,
 }
 
 /// What a [`turn`](Driver::turn) left.
@@ -150,6 +157,7 @@ impl Driver {
                 ..DriverCounters::default()
             },
             rx: Vec::new(),
+            closing: None,
         }
     }
 
@@ -283,15 +291,35 @@ impl Driver {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let done = app.done() && self.paths.iter().all(|p| p.queue.is_empty());
+        let sent = self.paths.iter().all(|p| p.queue.is_empty());
+        let done = match self.closing {
+            None => app.done() && sent,
+            Some(by) if now >= by => {
+                tracing::warn!(
+                    "shutdown: gave up on {} connections, {} datagrams queued",
+                    self.conns.len(),
+                    self.queued_datagrams()
+                );
+                true
+            }
+            // The closes are out: nothing queued, no connection with more to send.
+            Some(_) => sent && self.conns.ready_len() == 0,
+        };
+        let deadline = self
+            .closing
+            .map_or(deadline, |by| Some(deadline.map_or(by, |d| d.min(by))));
         Ok(Turn { deadline, done })
     }
 
-    /// Closes every connection and sends the closes, best effort.
+    /// Closes every connection and refuses new ones. The driver's turns go on sending until
+    /// the closes are out (nothing queued, no connection with more to send), or a full
+    /// socket has not taken them within a grace period; then a turn reports `done`. The
+    /// connections' closing periods (RFC 9000 section 10.2) are not waited out.
     ///
     /// # Errors
     /// A socket error other than `WouldBlock`.
     pub fn close_all<A: Application>(&mut self, app: &mut A, now: Instant) -> io::Result<()> {
+        self.closing.get_or_insert(now + SHUTDOWN_GRACE);
         let open: Vec<usize> = self.conns.iter().map(|(ch, _)| ch.0).collect();
         for idx in open {
             if let Some(c) = self.conns.get_mut(idx) {
@@ -304,8 +332,8 @@ impl Driver {
         self.transmit(now)
     }
 
-    /// Runs until the application is done (and everything queued is sent) or `shutdown`
-    /// completes (then every connection is closed and the close sent, best effort).
+    /// Runs until the application is done (and everything queued is sent), or after
+    /// `shutdown` completes, until [`close_all`](Self::close_all)'s closes are out.
     ///
     /// # Errors
     /// A socket error other than `WouldBlock`.
@@ -314,14 +342,20 @@ impl Driver {
         app: &mut A,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
-        let mut shutdown = pin!(shutdown);
+        let shutdown = pin!(shutdown);
+        // Fused: a finished future must not be polled again.
+        let mut shutdown = Some(shutdown);
         loop {
             let turn = self.turn(app, Instant::now())?;
             if turn.done {
                 return Ok(());
             }
-            match self.wait(app, turn.deadline, shutdown.as_mut()).await? {
-                Wake::Shutdown => return self.close_all(app, Instant::now()),
+            let signal = shutdown.as_mut().map(Pin::as_mut);
+            match self.wait(app, turn.deadline, signal).await? {
+                Wake::Shutdown => {
+                    shutdown = None;
+                    self.close_all(app, Instant::now())?;
+                }
                 Wake::Io => self.counters.io_wakes += 1,
                 Wake::Timer => self.counters.timer_wakes += 1,
             }
@@ -335,7 +369,7 @@ impl Driver {
         &mut self,
         app: &mut A,
         deadline: Option<Instant>,
-        mut shutdown: Pin<&mut impl Future<Output = ()>>,
+        mut shutdown: Option<Pin<&mut impl Future<Output = ()>>>,
     ) -> io::Result<Wake> {
         let mut sleep = pin!(deadline.map(|d| tokio::time::sleep_until(d.into())));
         // Near deadlines go on the precise timer: tokio's 1 ms grid would round them up.
@@ -348,7 +382,9 @@ impl Driver {
         let paths = &self.paths;
         let mut precise = self.precise.as_mut().filter(|_| near).zip(deadline);
         poll_fn(|cx| {
-            if shutdown.as_mut().poll(cx).is_ready() {
+            if let Some(s) = shutdown.as_mut()
+                && s.as_mut().poll(cx).is_ready()
+            {
                 return Poll::Ready(Ok(Wake::Shutdown));
             }
             let mut ready = false;

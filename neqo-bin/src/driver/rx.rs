@@ -75,7 +75,13 @@ impl Driver {
                 None
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
-                match app.admit(self.conns.len(), incoming.remote_address()) {
+                // A driver that is shutting down takes no new connections.
+                let admission = if self.closing.is_some() {
+                    Admission::Refuse
+                } else {
+                    app.admit(self.conns.len(), incoming.remote_address())
+                };
+                match admission {
                     Admission::Accept(config) => {
                         match self.conns.endpoint.accept(incoming, now, &mut buf, config) {
                             Ok((ch, conn)) => {
