@@ -308,3 +308,175 @@ fn sslkeylogfile_is_honoured() {
     let text = std::fs::read_to_string(&keylog).unwrap();
     assert!(text.contains("CLIENT_HANDSHAKE_TRAFFIC_SECRET"), "{text}");
 }
+
+/// Every setting that cannot work is refused at start: a non-zero exit on its own (no signal,
+/// no deadline), one line on stderr naming the flag, and nothing bound, connected or created.
+#[test]
+fn bad_settings_are_refused_at_start() {
+    let file = tmp("regular-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let below_file = file.join("qlog");
+    let below_file = below_file.to_str().unwrap();
+    let no_dir = tmp("no-such-dir").join("report.json");
+    let no_dir = no_dir.to_str().unwrap();
+    let long_alpn = "a".repeat(300);
+    let max_plus_one = (neqo_udp::MAX_BATCH_SIZE + 1).to_string();
+    let common: &[(&[&str], &str)] = &[
+        (&["--idle-timeout", "0"], "--idle-timeout"),
+        (&["--idle-timeout", "99999999999999"], "--idle-timeout"),
+        (&["--idle-timeout", "-1"], "--idle-timeout"),
+        (&["--idle-timeout", "NaN"], "--idle-timeout"),
+        (&["--idle-timeout", "inf"], "--idle-timeout"),
+        (&["--batch-size", "0"], "--batch-size"),
+        (&["--batch-size", &max_plus_one], "--batch-size"),
+        (&["--qlog-dir", below_file], "--qlog-dir"),
+        (&["--json", no_dir], "--json"),
+        (&["--alpn", "h3"], "--alpn"),
+        (&["--alpn", ""], "--alpn"),
+        (&["--alpn", &long_alpn], "--alpn"),
+    ];
+    let server_only: &[(&[&str], &str)] = &[
+        (&["--alpn", "hq-interop,h3"], "--alpn"),
+        (&["--max-connections", "0"], "--max-connections"),
+        (&["--stats", "--stats-interval", "0"], "--stats-interval"),
+        (&["--stats", "--stats-interval", "-1"], "--stats-interval"),
+        (&["--stats", "--stats-interval", "NaN"], "--stats-interval"),
+        (&["--stats-interval", "1"], "--stats-interval"),
+    ];
+    let client_only: &[(&[&str], &str)] = &[
+        (&["--connections", "0"], "--connections"),
+        (&["-n", "0"], "--requests"),
+        (&["--requests", "0"], "--requests"),
+        (&["-n", "1000001"], "--requests"),
+        (&["--download", "1M"], "--download"),
+        (
+            &["--alpn", "perf", "--upload", "5000000000000000000"],
+            "--upload",
+        ),
+        (&["--alpn", "perf", "--output-dir", "out"], "--output-dir"),
+        (&["--output-dir", below_file], "--output-dir"),
+    ];
+    let server = |args: &[&str]| {
+        let mut c = Command::new(SERVER);
+        c.args(["--listen", "127.0.0.1:0"]).args(args);
+        c
+    };
+    // Port 9 (discard) on loopback: nothing is sent there unless a check is missing.
+    let client = |args: &[&str]| {
+        let mut c = Command::new(CLIENT);
+        c.args(["https://127.0.0.1:9/1", "--insecure", "--no-progress"])
+            .args(args);
+        c
+    };
+    let cases = common
+        .iter()
+        .chain(server_only)
+        .map(|(a, f)| ("neqo-server", server(a), a, f))
+        .chain(
+            common
+                .iter()
+                .chain(client_only)
+                .map(|(a, f)| ("neqo-client", client(a), a, f)),
+        );
+    for (name, mut cmd, args, flag) in cases {
+        let out = run(&mut cmd, LIMIT).unwrap();
+        let what = format!("{name} {args:?}: {}; stderr: {}", out.ending(), out.stderr);
+        assert!(!out.killed, "{what}");
+        assert!(matches!(out.code, Some(c) if c != 0), "{what}");
+        let lines: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        assert_eq!(lines.len(), 1, "{what}");
+        assert!(lines[0].starts_with(&format!("{name}: error: ")), "{what}");
+        assert!(lines[0].contains(flag), "{what}");
+        assert!(!out.stdout.contains("listening"), "{what}");
+    }
+    assert!(!Path::new(no_dir).exists());
+    assert!(file.is_file());
+}
+
+/// A refused setting leaves nothing behind: checked values come before the `--json` and
+/// `--qlog-dir` checks, and the `--json` check writes nothing.
+#[test]
+fn refused_settings_create_no_files() {
+    let json = tmp("refused.json");
+    let qlog = tmp("refused-qlog");
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_dir_all(&qlog);
+    let out = server_run(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--idle-timeout",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+        "--qlog-dir",
+        qlog.to_str().unwrap(),
+    ]);
+    assert!(!out.success() && !out.killed, "{}", out.ending());
+    assert!(!json.exists() && !qlog.exists());
+    let out = server_run(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--json",
+        json.to_str().unwrap(),
+        "--max-connections",
+        "0",
+    ]);
+    assert!(!out.success() && !out.killed, "{}", out.ending());
+    assert!(!json.exists());
+}
+
+/// The smallest or largest accepted values work: a server with a half-second idle timeout,
+/// one connection, one datagram per syscall, a 0.1 s stats interval, a repeated ALPN and a
+/// qlog directory it creates serves a client with the largest batch size.
+#[test]
+fn edge_settings_still_work() {
+    let qlog = tmp("edge-qlog");
+    let _ = std::fs::remove_dir_all(&qlog);
+    let qlog_sub = qlog.join("sub");
+    let server = start_server(&[
+        "--idle-timeout",
+        "0.5",
+        "--max-connections",
+        "1",
+        "--batch-size",
+        "1",
+        "--stats",
+        "--stats-interval",
+        "0.1",
+        "--alpn",
+        "hq-interop,hq-interop",
+        "--qlog-dir",
+        qlog_sub.to_str().unwrap(),
+    ]);
+    assert!(qlog_sub.is_dir(), "created at start");
+    let json = tmp("edge-client.json");
+    let max = neqo_udp::MAX_BATCH_SIZE.to_string();
+    let out = run(
+        Command::new(CLIENT).args([
+            &url(&server, "/100000"),
+            "--insecure",
+            "--no-progress",
+            "--idle-timeout",
+            "0.5",
+            "--batch-size",
+            &max,
+            "-n",
+            "1",
+            "--connections",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ]),
+        LIMIT,
+    )
+    .unwrap();
+    assert!(out.success(), "{}", out.stderr);
+    assert_eq!(read_json(&json)["bytes_received"], 100_000);
+    drop(server);
+    let qlogs = std::fs::read_dir(&qlog_sub).unwrap().count();
+    assert!(qlogs >= 1, "the server wrote its qlog");
+}

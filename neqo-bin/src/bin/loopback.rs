@@ -11,7 +11,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use clap::Parser as _;
-use neqo_bin::cli::{ClientArgs, ServerArgs, client_main, init_logging, parse_size, server_main};
+use neqo_bin::cli::{
+    ClientArgs, ServerArgs, check_alpn, check_batch_size, check_stream_bytes, check_writable_file,
+    client_main, init_logging, parse_size, server_main,
+};
 use neqo_udp::IoMode;
 use serde_json::Value;
 use test_fixtures::{Measured, Server};
@@ -27,7 +30,7 @@ const SERVER_READY: Duration = Duration::from_secs(20);
 struct Args {
     #[command(subcommand)]
     role: Option<Role>,
-    /// Bytes to transfer per mode (K/M/G suffixes).
+    /// Bytes to transfer per mode (K/M/G suffixes; at least 1).
     #[arg(long, value_parser = parse_size, default_value = "1G")]
     bytes: u64,
     /// Turn the driver's pacing off on both sides.
@@ -39,7 +42,7 @@ struct Args {
     /// `hq-interop` (GET /N) or `perf` (download N).
     #[arg(long, default_value = "hq-interop")]
     alpn: String,
-    /// Datagrams per syscall in batched mode.
+    /// Datagrams per syscall in batched mode (1 to 128).
     #[arg(long, default_value_t = neqo_udp::DEFAULT_BATCH_SIZE)]
     batch_size: usize,
     /// Write every figure as JSON here.
@@ -102,13 +105,33 @@ fn relay_stderr(role: &str, m: &Measured) {
     }
 }
 
+/// Refuses settings that cannot work before anything runs, with the checks of `neqo-server`
+/// and `neqo-client` (which check the rest again in their roles).
+fn validate(args: &Args) -> anyhow::Result<Vec<IoMode>> {
+    if args.bytes == 0 {
+        bail!("--bytes 0: must be at least 1");
+    }
+    check_stream_bytes("--bytes", args.bytes)?;
+    check_alpn("--alpn", &args.alpn)?;
+    check_batch_size(args.batch_size)?;
+    let modes = args
+        .modes
+        .iter()
+        .map(|m| m.parse().map_err(|e| anyhow::anyhow!("--modes: {e}")))
+        .collect::<anyhow::Result<Vec<IoMode>>>()?;
+    if let Some(path) = &args.json {
+        check_writable_file("--json", path)?;
+    }
+    Ok(modes)
+}
+
 fn run(args: &Args) -> anyhow::Result<()> {
+    let modes = validate(args)?;
     let exe = std::env::current_exe().context("finding this executable")?;
     let dir = std::env::temp_dir().join(format!("neqo-loopback-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut rows = Vec::new();
-    for mode in &args.modes {
-        let mode: IoMode = mode.parse().map_err(anyhow::Error::msg)?;
+    for mode in modes {
         eprintln!(
             "neqo-loopback: {} bytes in {mode} mode, pacing {}...",
             args.bytes,
