@@ -203,3 +203,13 @@ pub fn read_stream_up_to(
     let _ = chunks.finalize();
     end
 }
+
+/// Closes both halves of a stream, whichever is still open: what we send with RESET_STREAM,
+/// what we receive with STOP_SENDING, both with `code`. (An error means that half was
+/// already closed.) RFC 9000 section 3.5 asks this of an endpoint that receives STOP_SENDING
+/// or gives up on a stream; with both halves closed quinn-proto frees the stream, and the peer
+/// gets its stream credit back.
+pub fn cancel(conn: &mut Connection, id: StreamId, code: VarInt) {
+    let _ = conn.send_stream(id).reset(code);
+    let _ = conn.recv_stream(id).stop(code);
+}

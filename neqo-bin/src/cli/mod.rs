@@ -451,7 +451,11 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
         pacing_timer: args.io.pacing_timer,
         progress: !args.no_progress,
     };
-    let report = client::run_report(config)?;
+    // Ctrl-C (or SIGTERM) cancels what is still open and closes the connection.
+    let report = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async { client::run_until(config, shutdown_signal()?).await })?;
     if args.io.stats {
         eprintln!("neqo-client: {}\n{}", report.summary(), report.socket);
     }

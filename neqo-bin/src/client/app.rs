@@ -125,6 +125,20 @@ impl ClientApp {
         report
     }
 
+    /// The driver was shut down (Ctrl-C) and has closed the connection: what was still to
+    /// do failed.
+    pub(super) fn interrupted(&mut self) {
+        let outstanding = (self.queue.len() + self.streams.len()) as u64;
+        self.report.failed_requests += outstanding;
+        self.fail(format!(
+            "interrupted: {outstanding} requests cancelled, the connection closed"
+        ));
+        self.failed = true;
+        self.current = None;
+        self.queue.clear();
+        self.streams.clear();
+    }
+
     fn fail(&mut self, msg: String) {
         self.report.errors.push(msg);
     }
@@ -232,6 +246,9 @@ impl ClientApp {
             });
             match end {
                 ReadEnd::Reset(code) => {
+                    // Nothing more of the request is wanted either (a perf upload may still
+                    // be going).
+                    let _ = conn.send_stream(id).reset(code);
                     let name = hq::code_name(code.into_inner())
                         .map_or_else(String::new, |n| format!(", {n}"));
                     let msg = format!(
@@ -308,8 +325,8 @@ impl ClientApp {
                     req.path,
                     out.path().display()
                 );
-                // Not read further: the server need not send the rest.
-                let _ = conn.recv_stream(done.id).stop(0u32.into());
+                // Given up: the server need not send the rest, nor we.
+                body::cancel(conn, done.id, 0u32.into());
                 self.finish_request(conn, done.id, now, Some(msg));
             }
         }
@@ -385,6 +402,14 @@ impl Application for ClientApp {
             Event::Stream(StreamEvent::Available { dir: Dir::Bi }) => self.open_streams(conn),
             Event::Stream(StreamEvent::Readable { id }) => self.read(conn, id, now),
             Event::Stream(StreamEvent::Writable { id }) => self.pump(conn, id),
+            Event::Stream(StreamEvent::Stopped { id, error_code }) => {
+                // RFC 9000 section 3.5: answered with RESET_STREAM if the request is still
+                // being sent; the server's reset of the response says why, when we read it.
+                let _ = conn.send_stream(id).reset(error_code);
+                if let Some(req) = self.streams.get_mut(&id) {
+                    req.source = None;
+                }
+            }
             Event::Stream(StreamEvent::Opened { dir }) => {
                 while let Some(id) = conn.streams().accept(dir) {
                     let _ = conn.recv_stream(id).stop(0u32.into());

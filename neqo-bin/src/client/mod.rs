@@ -149,6 +149,19 @@ pub async fn resolve(url: &Url) -> anyhow::Result<(SocketAddr, String)> {
 /// # Errors
 /// As [`run_report`].
 pub async fn run_async(config: ClientConfig) -> anyhow::Result<ClientReport> {
+    run_until(config, std::future::pending()).await
+}
+
+/// As [`run_async`], but once `stop` completes (Ctrl-C in `neqo-client`) the requests still
+/// open are cancelled: the connection is closed, its close sent, and the report counts them
+/// as failed with an "interrupted" error.
+///
+/// # Errors
+/// As [`run_report`].
+pub async fn run_until(
+    config: ClientConfig,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<ClientReport> {
     let Some(first) = config.urls.first() else {
         bail!("no URL given");
     };
@@ -221,6 +234,14 @@ pub async fn run_async(config: ClientConfig) -> anyhow::Result<ClientReport> {
         config,
         progress,
     );
-    driver.run(&mut app, std::future::pending()).await?;
+    let interrupted = std::cell::Cell::new(false);
+    let stop = async {
+        stop.await;
+        interrupted.set(true);
+    };
+    driver.run(&mut app, stop).await?;
+    if interrupted.get() {
+        app.interrupted();
+    }
     Ok(app.finish(&mut driver, io))
 }

@@ -174,8 +174,14 @@ impl Application for ServerApp {
             }
             Event::Stream(StreamEvent::Readable { id }) => self.read(ch, conn, id),
             Event::Stream(StreamEvent::Writable { id }) => self.pump(ch, conn, id),
-            Event::Stream(StreamEvent::Finished { id } | StreamEvent::Stopped { id, .. }) => {
+            Event::Stream(StreamEvent::Finished { id }) => {
                 state.streams.remove(&id);
+            }
+            Event::Stream(StreamEvent::Stopped { id, error_code }) => {
+                // RFC 9000 section 3.5: STOP_SENDING is answered with RESET_STREAM (with its
+                // code); a request still arriving is not wanted either.
+                state.streams.remove(&id);
+                body::cancel(conn, id, error_code);
             }
             Event::Connected
             | Event::Stream(StreamEvent::Available { .. })
@@ -245,8 +251,10 @@ impl ServerApp {
             }
             ControlFlow::Continue(())
         });
-        if matches!(end, ReadEnd::Reset(_)) {
+        if let ReadEnd::Reset(code) = end {
+            // The peer gave up on its request: our response is not wanted either.
             cs.streams.remove(&id);
+            body::cancel(conn, id, code);
         } else if too_long {
             tracing::warn!("refusing request on stream {id}: {}", hq::Error::TooLong);
             self.refuse(ch, conn, id, hq::BAD_REQUEST);
@@ -371,8 +379,7 @@ impl ServerApp {
         } else {
             REFUSED
         };
-        let _ = conn.send_stream(id).reset(code);
-        let _ = conn.recv_stream(id).stop(code);
+        body::cancel(conn, id, code);
         if let Some(cs) = self.conns.get_mut(&ch) {
             cs.streams.remove(&id);
         }
