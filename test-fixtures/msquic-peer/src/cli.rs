@@ -53,6 +53,10 @@ struct ServerArgs {
     /// Idle timeout in seconds (0 disables it).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     idle_timeout: u64,
+    /// Bidirectional streams a client may have open at once.
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    max_streams: u16,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +128,7 @@ pub fn main() -> ExitCode {
             cert_key: a.cert.zip(a.key),
             root: a.root,
             idle_timeout_ms: secs_to_ms(a.idle_timeout),
+            max_streams: a.max_streams,
         }),
         Command::Client(a) => client::run(&ClientOptions {
             urls: a.urls,

@@ -631,12 +631,23 @@ impl ClientStream {
                 // SAFETY: the union member matches the event type.
                 let code = unsafe { event.__bindgen_anon_1.PEER_SEND_ABORTED }.ErrorCode;
                 self.reset.set(Some(code));
-                // SAFETY: the stream is live; the shutdown is queued.
-                drop(unsafe { raw::stream_shutdown(stream, raw::SHUTDOWN_ABORT, 0) });
+                // The response was reset: nothing more of the request is wanted either (a
+                // perf upload may still be going), so its send direction is reset with the
+                // server's code (RFC 9000 section 3.5). msquic leaves it open by itself.
+                // SAFETY: called from this stream's callback with its live handle; the inline
+                // abort re-enters the callback only with SEND_COMPLETE and never frees the
+                // context.
+                unsafe { raw::cancel_stream(stream, code) };
             }
             ffi::QUIC_STREAM_EVENT_TYPE_QUIC_STREAM_EVENT_PEER_RECEIVE_ABORTED => {
-                // SAFETY: the stream is live; the shutdown is queued.
-                drop(unsafe { raw::stream_shutdown(stream, raw::SHUTDOWN_ABORT_SEND, 0) });
+                // SAFETY: the union member matches the event type.
+                let code = unsafe { event.__bindgen_anon_1.PEER_RECEIVE_ABORTED }.ErrorCode;
+                // RFC 9000 section 3.5: STOP_SENDING on a request still being sent (a perf
+                // upload) is answered with RESET_STREAM carrying its code (msquic's own reset
+                // after this event would say NO_ERROR, see `raw::abort_send`). The response
+                // may still come, and says how the request ended.
+                // SAFETY: as above.
+                unsafe { raw::abort_send(stream, code) };
             }
             _ => {}
         }

@@ -21,6 +21,7 @@
 //! ```text
 //! msquic-peer server [--listen ADDR]... [--alpn hq-interop|perf]...
 //!                    [--cert PEM --key PEM] [--root DIR] [--idle-timeout SECS]
+//!                    [--max-streams N]
 //! msquic-peer client URL... [-n/--requests N] [--parallel] [--connections K]
 //!                    [--alpn hq-interop|perf] [--download N] [--upload N]
 //!                    [--insecure | --ca PEM] [--output-dir DIR] [--json FILE]
@@ -30,7 +31,14 @@
 //! The server prints `msquic-peer listening on ADDR` once per `--listen`
 //! (default `[::]:4433`, dual-stack), with the real port when binding port 0,
 //! and exits cleanly on SIGINT/SIGTERM.  Without `--cert`/`--key` it uses a
-//! self-signed certificate for localhost, 127.0.0.1 and ::1.
+//! self-signed certificate for localhost, 127.0.0.1 and ::1.  `--max-streams` is the
+//! number of requests a client may have open at once (default 1024).
+//!
+//! Cancelled streams (RFC 9000 section 3.5), on both sides: STOP_SENDING is answered with
+//! RESET_STREAM carrying its code, and a stream whose incoming half the peer reset has its
+//! outgoing half reset with the peer's code, so that every cancelled stream is freed and
+//! its credit returns.  The server also stops the rest of a request whose response was
+//! stopped.
 //!
 //! The client runs `-n` requests per URL on each of `--connections`
 //! sequential connections, one at a time or all at once (`--parallel`).  All

@@ -183,8 +183,50 @@ pub(crate) const SHUTDOWN_GRACEFUL: u32 =
 pub(crate) const SHUTDOWN_ABORT: u32 =
     ffi::QUIC_STREAM_SHUTDOWN_FLAGS_QUIC_STREAM_SHUTDOWN_FLAG_ABORT;
 /// Abort only the send direction (RESET_STREAM).
-pub(crate) const SHUTDOWN_ABORT_SEND: u32 =
+const SHUTDOWN_ABORT_SEND: u32 =
     ffi::QUIC_STREAM_SHUTDOWN_FLAGS_QUIC_STREAM_SHUTDOWN_FLAG_ABORT_SEND;
+/// Abort only the receive direction (STOP_SENDING).
+const SHUTDOWN_ABORT_RECEIVE: u32 =
+    ffi::QUIC_STREAM_SHUTDOWN_FLAGS_QUIC_STREAM_SHUTDOWN_FLAG_ABORT_RECEIVE;
+/// Done before `StreamShutdown` returns rather than queued, when called on the connection's
+/// worker thread (from one of its callbacks); queued otherwise.
+const SHUTDOWN_INLINE: u32 = ffi::QUIC_STREAM_SHUTDOWN_FLAGS_QUIC_STREAM_SHUTDOWN_FLAG_INLINE;
+
+/// From a stream's callback: aborts its send direction with `code` (RESET_STREAM), inline.
+///
+/// Inline because of STOP_SENDING (RFC 9000 section 3.5): right after the
+/// `PEER_RECEIVE_ABORTED` event returns, msquic aborts the send direction by itself, but with
+/// NO_ERROR (`QuicStreamProcessStopSendingFrame` in `stream_recv.c`); a queued abort would come
+/// after that one and be ignored, and the peer's code lost. An inline send abort cancels the
+/// pending sends (their `SEND_COMPLETE`s re-enter the callback) but never completes the
+/// stream's shutdown, so the callback's context outlives the call.
+///
+/// # Safety
+/// `stream` must be the live handle of the stream whose callback is running on this thread.
+pub(crate) unsafe fn abort_send(stream: HQUIC, code: u64) {
+    // SAFETY: forwarded from the caller's contract. An error (a code above 2^62) leaves the
+    // stream to msquic's own reset or to the idle timeout; there is nothing better to do.
+    drop(unsafe { stream_shutdown(stream, SHUTDOWN_ABORT_SEND | SHUTDOWN_INLINE, code) });
+}
+
+/// From a stream's callback: closes both directions that are still open, with `code`: the
+/// send direction inline ([`abort_send`]), the receive direction (STOP_SENDING) queued. Once
+/// msquic has both directions closed it completes the stream's shutdown, frees it and returns
+/// the peer its stream credit (MAX_STREAMS).
+///
+/// The receive abort is queued because, inline, it can complete the shutdown at once (a FIN
+/// received but not yet delivered is treated as an acknowledged reset) and deliver
+/// `SHUTDOWN_COMPLETE`, which frees the callback's context, inside the caller's callback.
+///
+/// # Safety
+/// As [`abort_send`].
+pub(crate) unsafe fn cancel_stream(stream: HQUIC, code: u64) {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { abort_send(stream, code) };
+    // SAFETY: the stream is live (its callback is running); the shutdown is queued, and the
+    // queued operation holds its own reference on the stream.
+    drop(unsafe { stream_shutdown(stream, SHUTDOWN_ABORT_RECEIVE, code) });
+}
 
 /// Closes a stream handle.
 ///

@@ -20,9 +20,6 @@ use super::raw;
 use super::sender::{Body, BodySender};
 use super::{Alpn, LISTENING_PREFIX};
 
-/// Bidirectional streams a client may have open at once.
-const PEER_BIDI_STREAMS: u16 = 1024;
-
 /// Options of `msquic-peer server`.
 #[derive(Debug)]
 pub(crate) struct ServerOptions {
@@ -31,6 +28,8 @@ pub(crate) struct ServerOptions {
     pub(crate) cert_key: Option<(PathBuf, PathBuf)>,
     pub(crate) root: Option<PathBuf>,
     pub(crate) idle_timeout_ms: u64,
+    /// Bidirectional streams a client may have open at once.
+    pub(crate) max_streams: u16,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -68,7 +67,7 @@ pub(crate) fn run(opts: &ServerOptions) -> Result<()> {
         .map_err(|e| anyhow!("opening msquic configuration: {}", raw::status_name(e.0)))?;
     raw::apply_settings(
         &config,
-        &raw::settings(opts.idle_timeout_ms, Some(PEER_BIDI_STREAMS)),
+        &raw::settings(opts.idle_timeout_ms, Some(opts.max_streams)),
     )
     .map_err(|e| anyhow!(e))?;
     let credential = CredentialConfig::new().set_credential(Credential::CertificateFile(
@@ -349,12 +348,22 @@ impl ServerStream {
             }
             ffi::QUIC_STREAM_EVENT_TYPE_QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN => self.on_fin(stream),
             ffi::QUIC_STREAM_EVENT_TYPE_QUIC_STREAM_EVENT_PEER_SEND_ABORTED => {
-                // SAFETY: the stream is live; the shutdown is queued.
-                drop(unsafe { raw::stream_shutdown(stream, raw::SHUTDOWN_ABORT, 0) });
+                // SAFETY: the union member matches the event type.
+                let code = unsafe { event.__bindgen_anon_1.PEER_SEND_ABORTED }.ErrorCode;
+                // RFC 9000 section 3.5: the peer gave up on its request (RESET_STREAM), so
+                // the response is not wanted either: reset with the peer's code. msquic leaves
+                // the send direction open by itself, and the stream, and the peer's credit for
+                // it, would stay taken until the connection ends.
+                self.cancel(stream, code);
             }
             ffi::QUIC_STREAM_EVENT_TYPE_QUIC_STREAM_EVENT_PEER_RECEIVE_ABORTED => {
-                // SAFETY: the stream is live; the shutdown is queued.
-                drop(unsafe { raw::stream_shutdown(stream, raw::SHUTDOWN_ABORT_SEND, 0) });
+                // SAFETY: the union member matches the event type.
+                let code = unsafe { event.__bindgen_anon_1.PEER_RECEIVE_ABORTED }.ErrorCode;
+                // RFC 9000 section 3.5: STOP_SENDING is answered with RESET_STREAM carrying
+                // its code (msquic's own reset after this event would say NO_ERROR, see
+                // `raw::abort_send`); a request still arriving (a perf upload) is not wanted
+                // either.
+                self.cancel(stream, code);
             }
             ffi::QUIC_STREAM_EVENT_TYPE_QUIC_STREAM_EVENT_IDEAL_SEND_BUFFER_SIZE => {
                 // SAFETY: the union member matches the event type.
@@ -464,6 +473,16 @@ impl ServerStream {
             // SAFETY: the stream is live; the shutdown is queued.
             drop(unsafe { raw::stream_shutdown(stream, raw::SHUTDOWN_ABORT, hq::REFUSED) });
         }
+    }
+
+    /// The peer cancelled the stream: nothing more is answered or sent, and both directions
+    /// are closed with `code`.
+    fn cancel(&self, stream: HQUIC, code: u64) {
+        self.responded.set(true);
+        // SAFETY: called from this stream's callback (`on_event`) with its live handle; the
+        // inline abort re-enters the callback only with SEND_COMPLETE, which touches the
+        // sender's cells, and never frees the context.
+        unsafe { raw::cancel_stream(stream, code) };
     }
 
     fn refuse(&self, stream: HQUIC, code: u64, reason: &str) {
