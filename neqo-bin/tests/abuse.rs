@@ -28,7 +28,7 @@ use neqo_bin::{
     client::{self, ClientConfig},
     driver::{Application, Driver},
     pattern,
-    server::{REFUSED, ServerConfig, ServerHandle},
+    server::{Limits, REFUSED, ServerConfig, ServerHandle},
     tls::{self, ALPN_HQ, TransportOptions, Trust},
 };
 use quinn_proto::{
@@ -594,7 +594,10 @@ fn connections_beyond_the_limit_are_refused_cleanly() {
     let _serial = serial();
     let server = ServerHandle::start(ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
-        max_connections: Some(5),
+        limits: Limits {
+            max_connections: Some(5),
+            ..Limits::default()
+        },
         ..ServerConfig::default()
     })
     .unwrap();

@@ -320,6 +320,9 @@ fn bad_settings_are_refused_at_start() {
     let no_dir = tmp("no-such-dir").join("report.json");
     let no_dir = no_dir.to_str().unwrap();
     let long_alpn = "a".repeat(300);
+    let short_key = tmp("short-key");
+    std::fs::write(&short_key, [1u8; 16]).unwrap();
+    let short_key = short_key.to_str().unwrap();
     let max_plus_one = (neqo_udp::MAX_BATCH_SIZE + 1).to_string();
     let common: &[(&[&str], &str)] = &[
         (&["--idle-timeout", "0"], "--idle-timeout"),
@@ -342,6 +345,12 @@ fn bad_settings_are_refused_at_start() {
         (&["--stats", "--stats-interval", "-1"], "--stats-interval"),
         (&["--stats", "--stats-interval", "NaN"], "--stats-interval"),
         (&["--stats-interval", "1"], "--stats-interval"),
+        (&["--handshake-timeout", "11"], "--handshake-timeout"),
+        (&["--handshake-timeout", "0"], "--handshake-timeout"),
+        (&["--max-half-open", "0"], "--max-half-open"),
+        (&["--retry-half-open", "0"], "--retry-half-open"),
+        (&["--key-file", short_key], "--key-file"),
+        (&["--key-file", below_file], "--key-file"),
     ];
     let client_only: &[(&[&str], &str)] = &[
         (&["--connections", "0"], "--connections"),

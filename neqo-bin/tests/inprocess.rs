@@ -195,7 +195,7 @@ fn no_answer_times_out() {
 
 #[test]
 fn max_connections_refuses_extra_ones() {
-    let s = server_with("127.0.0.1:0", |c| c.max_connections = Some(0));
+    let s = server_with("127.0.0.1:0", |c| c.limits.max_connections = Some(0));
     let err = client::run(client_for(&s, "/10")).unwrap_err().to_string();
     assert!(err.contains("refused"), "{err}");
     assert_eq!(s.stop().unwrap().driver.refused, 1);

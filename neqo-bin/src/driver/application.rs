@@ -1,8 +1,8 @@
 //! What the protocol on top of the driver implements: [`Application`].
 
-use std::{net::SocketAddr, sync::Arc, task::Context, task::Poll, time::Instant};
+use std::{sync::Arc, task::Context, task::Poll, time::Instant};
 
-use quinn_proto::{Connection, ConnectionHandle, Event, ServerConfig};
+use quinn_proto::{Connection, ConnectionHandle, Event, Incoming, ServerConfig};
 
 use super::Driver;
 
@@ -12,14 +12,18 @@ pub enum Admission {
     /// Accept it, with this server config instead of the endpoint's if given (e.g. to give
     /// the connection its own qlog stream).
     Accept(Option<Arc<ServerConfig>>),
+    /// Ask the client to prove its address first: a Retry, which costs no state. (Refused
+    /// instead when the Initial already answered a Retry.)
+    Retry,
     /// Refuse it with `CONNECTION_REFUSED`.
     Refuse,
 }
 
 /// The protocol on top of the driver: reacts to connection events.
 pub trait Application {
-    /// A peer opens a connection; `open` connections exist already.
-    fn admit(&mut self, _open: usize, _remote: SocketAddr) -> Admission {
+    /// A peer opens a connection with `incoming` (its address, whether that is validated);
+    /// `open` connections exist already.
+    fn admit(&mut self, _open: usize, _incoming: &Incoming, _now: Instant) -> Admission {
         Admission::Accept(None)
     }
 

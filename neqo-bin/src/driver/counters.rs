@@ -6,8 +6,10 @@
 pub struct DriverCounters {
     /// Incoming connections accepted.
     pub accepted: u64,
-    /// Incoming connections refused (`--max-connections`).
+    /// Incoming connections refused (`CONNECTION_REFUSED`).
     pub refused: u64,
+    /// Retry packets sent (address validation).
+    pub retries: u64,
     /// Connections drained and dropped.
     pub drained: u64,
     /// Packets declared lost by drained connections.

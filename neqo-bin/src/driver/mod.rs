@@ -90,6 +90,13 @@ pub struct Driver {
     closing: Option<Instant>,
 }
 
+fn sockets_as_datapaths(sockets: Vec<Socket>) -> Vec<Box<dyn Datapath>> {
+    sockets
+        .into_iter()
+        .map(|s| Box::new(SocketDatapath::new(s)) as Box<dyn Datapath>)
+        .collect()
+}
+
 /// What a [`turn`](Driver::turn) left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Turn {
@@ -108,33 +115,48 @@ enum Wake {
 }
 
 impl Driver {
-    /// A driver over `sockets`; a server when `server_config` is given.
+    /// A driver over `sockets`; a server when `server_config` is given. Its endpoint has
+    /// quinn-proto's default config (a random stateless-reset key).
     #[must_use]
     pub fn new(
         sockets: Vec<Socket>,
         server_config: Option<Arc<ServerConfig>>,
         pacing: bool,
     ) -> Self {
-        let paths = sockets
-            .into_iter()
-            .map(|s| Box::new(SocketDatapath::new(s)) as Box<dyn Datapath>)
-            .collect();
-        Self::with_datapaths(paths, server_config, pacing)
+        Self::with_datapaths(
+            sockets_as_datapaths(sockets),
+            EndpointConfig::default(),
+            server_config,
+            pacing,
+        )
+    }
+
+    /// A server over `sockets` whose endpoint has `endpoint`'s config (its stateless-reset
+    /// key, say).
+    #[must_use]
+    pub fn server(
+        sockets: Vec<Socket>,
+        endpoint: EndpointConfig,
+        server_config: Arc<ServerConfig>,
+        pacing: bool,
+    ) -> Self {
+        Self::with_datapaths(
+            sockets_as_datapaths(sockets),
+            endpoint,
+            Some(server_config),
+            pacing,
+        )
     }
 
     /// A driver over any datapaths.
     #[must_use]
     pub fn with_datapaths(
         datapaths: Vec<Box<dyn Datapath>>,
+        endpoint: EndpointConfig,
         server_config: Option<Arc<ServerConfig>>,
         pacing: bool,
     ) -> Self {
-        let endpoint = Endpoint::new(
-            Arc::new(EndpointConfig::default()),
-            server_config,
-            true,
-            None,
-        );
+        let endpoint = Endpoint::new(Arc::new(endpoint), server_config, true, None);
         let paths = datapaths
             .into_iter()
             .map(|io| Path {

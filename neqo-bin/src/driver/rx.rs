@@ -79,7 +79,7 @@ impl Driver {
                 let admission = if self.closing.is_some() {
                     Admission::Refuse
                 } else {
-                    app.admit(self.conns.len(), incoming.remote_address())
+                    app.admit(self.conns.len(), &incoming, now)
                 };
                 match admission {
                     Admission::Accept(config) => {
@@ -98,6 +98,17 @@ impl Driver {
                             }
                         }
                     }
+                    Admission::Retry => match self.conns.endpoint.retry(incoming, &mut buf) {
+                        Ok(t) => {
+                            self.counters.retries += 1;
+                            Some(t)
+                        }
+                        // It answered a Retry already: refused rather than retried again.
+                        Err(e) => {
+                            self.counters.refused += 1;
+                            Some(self.conns.endpoint.refuse(e.into_incoming(), &mut buf))
+                        }
+                    },
                     Admission::Refuse => {
                         self.counters.refused += 1;
                         Some(self.conns.endpoint.refuse(incoming, &mut buf))

@@ -377,10 +377,16 @@ impl Pair {
         let server_addr = SocketAddr::from(([127, 0, 0, 1], 4433));
         let server = Driver::with_datapaths(
             vec![path(4433, server_how)],
+            EndpointConfig::default(),
             Some(Arc::new(server_config)),
             pacing,
         );
-        let client = Driver::with_datapaths(vec![path(5555, client_how)], None, pacing);
+        let client = Driver::with_datapaths(
+            vec![path(5555, client_how)],
+            EndpointConfig::default(),
+            None,
+            pacing,
+        );
         Self {
             net,
             server,

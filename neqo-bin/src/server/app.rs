@@ -4,7 +4,6 @@
 
 use std::{
     fs::File,
-    net::SocketAddr,
     ops::ControlFlow,
     path::{Path, PathBuf},
     sync::{
@@ -16,9 +15,12 @@ use std::{
 };
 
 use bytes::BytesMut;
-use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId};
+use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Incoming, StreamEvent, StreamId};
 
-use super::{BAD_REQUEST, REFUSED, ServerConfig, ServerReport};
+use super::{
+    BAD_REQUEST, REFUSED, ServerConfig, ServerReport,
+    admission::{Decision, Gate},
+};
 use crate::{
     body::{self, Pumped, ReadEnd, Source, StreamClosed},
     disk::{self, FileChunk, Jobs},
@@ -74,7 +76,9 @@ struct FileDone {
 
 pub(super) struct ServerApp {
     root: Option<Arc<Path>>,
-    crypto: Arc<quinn_proto::crypto::rustls::QuicServerConfig>,
+    /// The endpoint's server config, which a connection with its own qlog stream copies.
+    base: Arc<quinn_proto::ServerConfig>,
+    gate: Gate,
     config: ServerConfig,
     conns: IdMap<ConnectionHandle, ConnState>,
     pub(super) report: ServerReport,
@@ -91,13 +95,14 @@ impl ServerApp {
     /// `root` must be canonical.
     pub(super) fn new(
         root: Option<PathBuf>,
-        crypto: Arc<quinn_proto::crypto::rustls::QuicServerConfig>,
+        base: Arc<quinn_proto::ServerConfig>,
         config: ServerConfig,
         now: Instant,
     ) -> Self {
         Self {
             root: root.map(Arc::from),
-            crypto,
+            base,
+            gate: Gate::new(config.limits, now),
             config,
             conns: IdMap::default(),
             report: ServerReport::default(),
@@ -111,16 +116,24 @@ impl ServerApp {
 }
 
 impl Application for ServerApp {
-    fn admit(&mut self, open: usize, remote: SocketAddr) -> Admission {
-        if self.config.max_connections.is_some_and(|max| open >= max) {
-            tracing::info!("refusing connection from {remote}: {open} open");
-            return Admission::Refuse;
+    fn admit(&mut self, open: usize, incoming: &Incoming, now: Instant) -> Admission {
+        let remote = incoming.remote_address();
+        match self
+            .gate
+            .admit(open, incoming.remote_address_validated(), now)
+        {
+            Decision::Accept => {}
+            Decision::Retry => return Admission::Retry,
+            why @ (Decision::RefuseHalfOpen | Decision::RefuseFull) => {
+                tracing::info!("refusing connection from {remote}: {why:?}, {open} open");
+                return Admission::Refuse;
+            }
         }
         if self.config.transport.qlog_dir.is_some() {
             let label = tls::qlog_label("server");
             match self.config.transport.transport(&label) {
                 Ok(t) => {
-                    let mut sc = quinn_proto::ServerConfig::with_crypto(self.crypto.clone());
+                    let mut sc = (*self.base).clone();
                     sc.transport_config(Arc::new(t));
                     return Admission::Accept(Some(Arc::new(sc)));
                 }
@@ -131,6 +144,7 @@ impl Application for ServerApp {
     }
 
     fn accepted(&mut self, ch: ConnectionHandle, _conn: &mut Connection) {
+        self.gate.accepted(ch, Instant::now());
         self.conns.insert(ch, ConnState::default());
     }
 
@@ -139,8 +153,10 @@ impl Application for ServerApp {
             return;
         };
         match event {
+            Event::Connected => self.gate.connected(ch),
             Event::ConnectionLost { reason } => {
                 tracing::debug!("connection {ch:?} lost: {reason}");
+                self.gate.gone(ch);
                 self.conns.remove(&ch);
             }
             Event::Stream(StreamEvent::Opened { dir }) => {
@@ -183,8 +199,7 @@ impl Application for ServerApp {
                 state.streams.remove(&id);
                 body::cancel(conn, id, error_code);
             }
-            Event::Connected
-            | Event::Stream(StreamEvent::Available { .. })
+            Event::Stream(StreamEvent::Available { .. })
             | Event::HandshakeDataReady
             | Event::DatagramReceived
             | Event::DatagramsUnblocked => {}
@@ -192,6 +207,7 @@ impl Application for ServerApp {
     }
 
     fn drained(&mut self, ch: ConnectionHandle, _conn: &Connection) {
+        self.gate.gone(ch);
         self.conns.remove(&ch);
     }
 
@@ -199,9 +215,25 @@ impl Application for ServerApp {
         while let Some(done) = self.files.take() {
             driver.update(done.ch, |conn| self.file_done(conn, done));
         }
+        if self.gate.next_expiry().is_some_and(|t| t <= now) {
+            for ch in self.gate.expired(now) {
+                tracing::debug!("connection {ch:?}: handshake timed out");
+                driver.update(ch, |conn| {
+                    conn.close(
+                        now,
+                        0u32.into(),
+                        bytes::Bytes::from_static(b"handshake timeout"),
+                    );
+                });
+            }
+        }
+        self.report.admission = self.gate.counters();
         self.open
             .store(driver.open_connections(), Ordering::Relaxed);
-        let interval = self.config.stats_interval?;
+        let expiry = self.gate.next_expiry();
+        let Some(interval) = self.config.stats_interval else {
+            return expiry;
+        };
         if now >= self.next_stats {
             if self.started != now {
                 let mut r = self.report.clone();
@@ -214,7 +246,7 @@ impl Application for ServerApp {
             }
             self.next_stats = now + interval;
         }
-        Some(self.next_stats)
+        Some(expiry.map_or(self.next_stats, |e| e.min(self.next_stats)))
     }
 
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {

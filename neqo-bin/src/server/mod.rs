@@ -4,10 +4,14 @@
 //!   thread.
 //! - `app`: the [`Application`](crate::driver::Application) answering requests, with files
 //!   read off the driver thread ([`crate::disk`]).
+//! - `admission`: which new connections are taken, retried or refused; half-open ones.
+//! - `keys`: the stateless-reset and Retry-token keys, from a secret file or random.
 //! - [`ServerReport`]: what it did.
 
+mod admission;
 mod app;
 mod handle;
+mod keys;
 mod report;
 
 use std::{
@@ -23,7 +27,12 @@ use quinn_proto::VarInt;
 use rustls::pki_types::CertificateDer;
 
 use self::app::ServerApp;
-pub use self::{handle::ServerHandle, report::ServerReport};
+pub use self::{
+    admission::{AdmissionCounters, Limits, RetryPolicy},
+    handle::ServerHandle,
+    keys::{MAX_SECRET, MIN_SECRET, ServerKeys},
+    report::ServerReport,
+};
 use crate::{
     driver::Driver,
     hq,
@@ -47,8 +56,10 @@ pub struct ServerConfig {
     pub identity: Option<Identity>,
     /// ALPNs offered.
     pub alpns: Vec<String>,
-    /// More connections than this are refused.
-    pub max_connections: Option<usize>,
+    /// Which connections are taken, retried or refused (see `admission`).
+    pub limits: Limits,
+    /// Stateless-reset and Retry-token keys.
+    pub keys: ServerKeys,
     /// Idle timeout, congestion control, qlog.
     pub transport: TransportOptions,
     /// Socket configuration.
@@ -68,7 +79,8 @@ impl Default for ServerConfig {
             root: None,
             identity: None,
             alpns: vec![ALPN_HQ.to_owned(), ALPN_PERF.to_owned()],
-            max_connections: None,
+            limits: Limits::default(),
+            keys: ServerKeys::random(),
             transport: TransportOptions::default(),
             socket: neqo_udp::Config::default(),
             pacing: true,
@@ -114,15 +126,18 @@ impl Server {
             ..config.transport.clone()
         };
         server_config.transport_config(Arc::new(shared.transport("server")?));
+        server_config.token_key(config.keys.token.clone());
+        let server_config = Arc::new(server_config);
         let mut sockets = Vec::new();
         for addr in &config.listen {
             sockets.push(neqo_udp::Socket::bind(*addr, config.socket.clone())?);
         }
-        let driver = Driver::new(sockets, Some(Arc::new(server_config)), config.pacing)
+        let endpoint = config.keys.endpoint_config();
+        let driver = Driver::server(sockets, endpoint, server_config.clone(), config.pacing)
             .with_pacing_timer(config.pacing_timer);
         Ok(Self {
             driver,
-            app: ServerApp::new(root, crypto, config, Instant::now()),
+            app: ServerApp::new(root, server_config, config, Instant::now()),
             certificate: identity.chain,
         })
     }

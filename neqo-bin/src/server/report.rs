@@ -1,5 +1,6 @@
 //! What a server did: [`ServerReport`].
 
+use super::AdmissionCounters;
 use crate::driver::{Driver, DriverCounters};
 
 /// What a server did.
@@ -21,8 +22,11 @@ pub struct ServerReport {
     pub kernel_drops: u64,
     /// Packets the server's connections declared lost (drained ones and live ones at exit).
     pub lost_packets: u64,
-    /// Driver counters (connections accepted and refused, transmits, pacing waits).
+    /// Driver counters (connections accepted and refused, Retries sent, transmits, pacing
+    /// waits).
     pub driver: DriverCounters,
+    /// Half-open connections, refusals by reason, handshake timeouts.
+    pub admission: AdmissionCounters,
     /// Connections open (accepted, not yet drained) when the report was made. The server's
     /// per-connection state lives no longer than the driver's connection, so 0 means none.
     pub open_connections: u64,
@@ -36,9 +40,14 @@ impl ServerReport {
     #[must_use]
     pub fn summary(&self) -> String {
         format!(
-            "connections accepted {} refused {} open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}",
+            "connections accepted {} refused {} (half-open limit {}) retries {} half-open {} (peak {}, timed out {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}",
             self.driver.accepted,
             self.driver.refused,
+            self.admission.refused_half_open,
+            self.driver.retries,
+            self.admission.half_open,
+            self.admission.peak_half_open,
+            self.admission.handshake_timeouts,
             self.driver.accepted.saturating_sub(self.driver.drained),
             self.requests,
             self.refused_requests,

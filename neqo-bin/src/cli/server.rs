@@ -1,0 +1,205 @@
+//! `neqo-server`'s command line.
+
+use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::bail;
+
+use super::{
+    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn,
+    check_positive, check_seconds, shutdown_signal, write_json,
+};
+use crate::{
+    server::{Limits, RetryPolicy, Server, ServerConfig, ServerKeys},
+    tls::{ALPN_HQ, ALPN_PERF, Identity},
+};
+
+/// `neqo-server` flags.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "neqo-server",
+    about = "QUIC hq-interop and perf server on batched UDP I/O"
+)]
+pub struct ServerArgs {
+    /// Address to listen on (repeatable); `[::]` is dual-stack.
+    #[arg(long, default_value = "[::]:4433")]
+    pub listen: Vec<SocketAddr>,
+    /// Serve files from this directory (`/N`, digits only, is always generated).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// PEM certificate chain (with --key); else a self-signed one for localhost.
+    #[arg(long, requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key (with --cert).
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// ALPN to offer (repeatable or comma-separated): hq-interop, perf.
+    #[arg(long, value_delimiter = ',', default_values_t = [ALPN_HQ.to_owned(), ALPN_PERF.to_owned()])]
+    pub alpn: Vec<String>,
+    /// Refuse connections beyond this many, half-open ones included (CONNECTION_REFUSED); at
+    /// least 1.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Address validation: `auto` sends a Retry to new clients once --retry-half-open
+    /// handshakes are in progress or more than --retry-rate new connections arrive a second;
+    /// `always`; `never`.
+    #[arg(long, value_enum, default_value_t = RetryPolicy::Auto)]
+    pub retry: RetryPolicy,
+    /// `--retry auto`: Retry from this many handshakes in progress on (at least 1).
+    #[arg(long, default_value_t = Limits::default().retry_half_open)]
+    pub retry_half_open: usize,
+    /// `--retry auto`: Retry while more new connections than this arrive a second.
+    #[arg(long, default_value_t = Limits::default().retry_rate)]
+    pub retry_rate: u32,
+    /// Refuse new connections while this many handshakes are in progress (at least 1).
+    #[arg(long, default_value_t = Limits::default().max_half_open)]
+    pub max_half_open: usize,
+    /// Close a connection whose handshake has not completed after this many seconds (at most
+    /// the idle timeout; default 5, or the idle timeout if shorter).
+    #[arg(long, allow_negative_numbers = true)]
+    pub handshake_timeout: Option<f64>,
+    /// A file with the secret (32 to 4096 bytes) the stateless-reset and Retry-token keys are
+    /// derived from, created with 32 random bytes if missing: a restarted server (or another
+    /// one serving the address) with the same file has the same keys.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// Seconds between periodic --stats lines (0.1 to 86400; default 5); needs --stats.
+    #[arg(long, allow_negative_numbers = true)]
+    pub stats_interval: Option<f64>,
+    #[command(flatten)]
+    pub io: IoArgs,
+}
+
+/// The default `--stats-interval`, in seconds.
+const DEFAULT_STATS_INTERVAL: f64 = 5.0;
+
+impl ServerArgs {
+    /// Refuses settings that cannot work (see [`IoArgs::validate`], which this runs last).
+    ///
+    /// # Errors
+    /// The first bad setting, naming its flag.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.alpn.is_empty() {
+            bail!(
+                "--alpn: none given (supported: {})",
+                SUPPORTED_ALPNS.join(", ")
+            );
+        }
+        for a in &self.alpn {
+            check_alpn("--alpn", a)?;
+        }
+        if let Some(n) = self.max_connections {
+            check_positive("--max-connections", n)?;
+        }
+        check_positive("--retry-half-open", self.retry_half_open)?;
+        check_positive("--max-half-open", self.max_half_open)?;
+        self.io.idle_timeout()?;
+        self.limits()?;
+        if let Some(s) = self.stats_interval
+            && !self.io.stats
+        {
+            bail!("--stats-interval {s}: only with --stats");
+        }
+        self.stats_interval()?;
+        self.io.validate()
+    }
+
+    /// The admission limits; the handshake timeout within the idle timeout.
+    fn limits(&self) -> anyhow::Result<Limits> {
+        let idle = self.io.idle_timeout()?;
+        let handshake_timeout = match self.handshake_timeout {
+            Some(secs) => check_seconds(
+                "--handshake-timeout",
+                secs,
+                MIN_IDLE_TIMEOUT,
+                idle.as_secs_f64(),
+            )?,
+            None => Limits::default().handshake_timeout.min(idle),
+        };
+        Ok(Limits {
+            retry: self.retry,
+            retry_half_open: self.retry_half_open,
+            retry_rate: self.retry_rate,
+            max_half_open: self.max_half_open,
+            max_connections: self.max_connections,
+            handshake_timeout,
+        })
+    }
+
+    fn stats_interval(&self) -> anyhow::Result<Duration> {
+        check_seconds(
+            "--stats-interval",
+            self.stats_interval.unwrap_or(DEFAULT_STATS_INTERVAL),
+            MIN_STATS_INTERVAL,
+            MAX_STATS_INTERVAL,
+        )
+    }
+
+    /// `--alpn` without repeats, in the order given.
+    pub(super) fn alpns(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for a in &self.alpn {
+            if !v.contains(a) {
+                v.push(a.clone());
+            }
+        }
+        v
+    }
+}
+
+/// Runs `neqo-server` until SIGINT or SIGTERM.
+#[must_use]
+pub fn server_main(args: ServerArgs) -> ExitCode {
+    match serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("neqo-server: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServerArgs) -> anyhow::Result<()> {
+    args.validate()?;
+    let identity = match (&args.cert, &args.key) {
+        (Some(c), Some(k)) => Some(Identity::from_pem_files(c, k)?),
+        _ => None,
+    };
+    let interval = args.stats_interval()?;
+    let config = ServerConfig {
+        listen: args.listen.clone(),
+        root: args.root.clone(),
+        identity,
+        alpns: args.alpns(),
+        limits: args.limits()?,
+        keys: match &args.key_file {
+            Some(path) => ServerKeys::load_or_create(path)?,
+            None => ServerKeys::random(),
+        },
+        transport: args.io.transport()?,
+        socket: args.io.socket(),
+        pacing: !args.io.no_pacing,
+        pacing_timer: args.io.pacing_timer,
+        stats_interval: args.io.stats.then_some(interval),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(async move {
+        let server = Server::bind(config)?;
+        let addrs: Vec<String> = server
+            .local_addrs()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        println!("neqo-server listening on {}", addrs.join(", "));
+        let _ = std::io::stdout().flush();
+        server.run(shutdown_signal()?).await
+    })?;
+    if args.io.stats {
+        eprintln!("neqo-server exit stats: {}", report.summary());
+    }
+    if let Some(path) = &args.io.json {
+        write_json(path, &report)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,345 @@
+//! Address validation and half-open connections: Retry as the policy says, spoofed Initials
+//! that create no state, handshakes given up at their timeout, and keys that survive a
+//! restart. Loopback only; every wait bounded.
+
+use std::{
+    net::{SocketAddr, UdpSocket},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use neqo_bin::{
+    client::{self, ClientConfig},
+    driver::{Application, Driver},
+    server::{Limits, RetryPolicy, ServerConfig, ServerHandle, ServerKeys},
+    tls::{self, ALPN_HQ, TransportOptions, Trust},
+};
+use quinn_proto::{ClientConfig as QuicClientConfig, EndpointConfig};
+
+/// A hang guard, never a speed check.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn server(limits: Limits) -> ServerHandle {
+    ServerHandle::start(ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        limits,
+        ..ServerConfig::default()
+    })
+    .expect("server starts")
+}
+
+fn download(server: &ServerHandle, len: u64) -> client::ClientReport {
+    let url = url::Url::parse(&format!("https://{}/{len}", server.addr())).unwrap();
+    client::run(ClientConfig::new(
+        url,
+        Trust::Certs(server.certificate().to_vec()),
+    ))
+    .expect("download")
+}
+
+/// What came back to one client Initial that is never followed up: the first datagram's
+/// first byte (long header type bits), or `None` if nothing came within a second.
+fn lone_initial(server: SocketAddr) -> Option<u8> {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let mut endpoint =
+        quinn_proto::Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
+    let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ).unwrap();
+    let now = Instant::now();
+    let (_, mut conn) = endpoint
+        .connect(now, QuicClientConfig::new(crypto), server, "localhost")
+        .unwrap();
+    let mut buf = Vec::new();
+    let t = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
+    socket.send_to(&buf[..t.size], server).unwrap();
+    let mut answer = [0u8; 2048];
+    socket.recv(&mut answer).ok().map(|_| answer[0])
+}
+
+/// A long-header packet's type: Retry is 3 in QUIC v1.
+fn is_retry(first: u8) -> bool {
+    first & 0x80 != 0 && (first >> 4) & 0x03 == 3
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let limit = Instant::now() + DEADLINE;
+    while !f() {
+        assert!(Instant::now() < limit, "{what}: not within {DEADLINE:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `--retry always`: a real client goes through the Retry and downloads; Initials that never
+/// answer it (as from spoofed addresses) leave no connection behind.
+#[test]
+fn retry_always_validates_and_spoofed_initials_create_no_state() {
+    let s = server(Limits {
+        retry: RetryPolicy::Always,
+        ..Limits::default()
+    });
+    for _ in 0..50 {
+        let answer = lone_initial(s.addr()).expect("an answer");
+        assert!(is_retry(answer), "a Retry, not {answer:#x}");
+    }
+    assert_eq!(s.open_connections(), 0, "no state for unanswered Retries");
+    let report = download(&s, 100_000);
+    assert_eq!(report.bytes_received, 100_000);
+    let r = s.stop().unwrap();
+    assert_eq!(r.driver.retries, 51, "{}", r.summary());
+    assert_eq!(
+        r.driver.accepted,
+        1,
+        "only the real client: {}",
+        r.summary()
+    );
+    assert_eq!(r.admission.peak_half_open, 1);
+}
+
+/// `--retry auto`: Initials are accepted until the half-open ones reach the threshold, then
+/// answered with Retries; a real client still gets through (with its token) and downloads.
+#[test]
+fn retry_auto_starts_once_handshakes_pile_up() {
+    let s = server(Limits {
+        retry_half_open: 3,
+        ..Limits::default()
+    });
+    let answers: Vec<bool> = (0..10)
+        .map(|_| is_retry(lone_initial(s.addr()).expect("an answer")))
+        .collect();
+    assert_eq!(&answers[..3], &[false; 3], "{answers:?}");
+    assert_eq!(&answers[3..], &[true; 7], "{answers:?}");
+    assert_eq!(s.open_connections(), 3, "only the first three hold state");
+    assert_eq!(download(&s, 100_000).bytes_received, 100_000);
+    let r = s.stop().unwrap();
+    assert_eq!(r.admission.peak_half_open, 4, "{}", r.summary());
+    assert_eq!(
+        r.driver.retries,
+        8,
+        "7 lone ones and the client's: {}",
+        r.summary()
+    );
+}
+
+/// `--retry never` and a half-open cap: past it new connections are refused; a handshake
+/// that never completes is closed at its timeout, long before the idle timeout.
+#[test]
+fn half_open_cap_and_handshake_timeout() {
+    let s = server(Limits {
+        retry: RetryPolicy::Never,
+        max_half_open: 2,
+        handshake_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    for _ in 0..2 {
+        let answer = lone_initial(s.addr()).expect("an answer");
+        assert!(!is_retry(answer));
+    }
+    assert_eq!(s.open_connections(), 2);
+    // The third is refused: an Initial with CONNECTION_REFUSED, and no state.
+    assert!(lone_initial(s.addr()).is_some());
+    assert_eq!(s.open_connections(), 2);
+    // The server's idle timeout is 10 s; the handshakes end at 0.3 s (and drain).
+    wait_for("the half-open connections are closed", || {
+        s.open_connections() == 0
+    });
+    assert_eq!(download(&s, 1000).bytes_received, 1000);
+    let r = s.stop().unwrap();
+    assert_eq!(r.admission.handshake_timeouts, 2, "{}", r.summary());
+    assert_eq!(r.admission.refused_half_open, 1, "{}", r.summary());
+    assert_eq!(r.admission.half_open, 0);
+}
+
+/// Keys from one secret: a Retry token sealed by one server validates at another with the
+/// same secret (as after a restart), and not at one with another secret.
+#[test]
+fn retry_tokens_survive_a_restart_with_the_same_secret() {
+    let secret = [42u8; 32];
+    let config = |keys: ServerKeys| ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        limits: Limits {
+            retry: RetryPolicy::Always,
+            ..Limits::default()
+        },
+        keys,
+        ..ServerConfig::default()
+    };
+    let first = ServerHandle::start(config(ServerKeys::from_secret(&secret))).unwrap();
+    let same = ServerHandle::start(config(ServerKeys::from_secret(&secret))).unwrap();
+    let other = ServerHandle::start(config(ServerKeys::from_secret(&[7u8; 32]))).unwrap();
+    // The client's second Initial (with the token) goes to another server than its first.
+    for (to, accepted) in [(&same, 1), (&other, 0)] {
+        // The token binds the client's address: the Initial goes out from the same one.
+        let (from, initial) = initial_answering_retry(first.addr());
+        assert!(send_from(from, &initial, to.addr()).is_some(), "an answer");
+        // The server counted its connections before it answered.
+        assert_eq!(to.open_connections(), accepted, "server {}", to.addr());
+    }
+    first.stop().unwrap();
+    same.stop().unwrap();
+    other.stop().unwrap();
+}
+
+/// A client's Initial that answers `server`'s Retry: the address it was sent from, and the
+/// datagram.
+fn initial_answering_retry(server: SocketAddr) -> (SocketAddr, Vec<u8>) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut endpoint =
+        quinn_proto::Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
+    let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ).unwrap();
+    let now = Instant::now();
+    let (ch, mut conn) = endpoint
+        .connect(now, QuicClientConfig::new(crypto), server, "localhost")
+        .unwrap();
+    let mut buf = Vec::new();
+    let t = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
+    socket.send_to(&buf[..t.size], server).unwrap();
+    let mut answer = vec![0u8; 2048];
+    let n = socket.recv(&mut answer).unwrap();
+    assert!(is_retry(answer[0]));
+    let mut response = Vec::new();
+    let event = endpoint.handle(now, server, None, None, answer[..n].into(), &mut response);
+    match event {
+        Some(quinn_proto::DatagramEvent::ConnectionEvent(c, e)) => {
+            assert_eq!(c, ch);
+            conn.handle_event(e);
+        }
+        _ => panic!("the Retry was not taken for this connection"),
+    }
+    buf.clear();
+    let t = conn
+        .poll_transmit(now, 1, &mut buf)
+        .expect("an Initial with the token");
+    (socket.local_addr().unwrap(), buf[..t.size].to_vec())
+}
+
+/// Sends `datagram` from `from` to `to` (rebinding that address) and waits for an answer.
+fn send_from(from: SocketAddr, datagram: &[u8], to: SocketAddr) -> Option<u8> {
+    let socket = UdpSocket::bind(from).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    socket.send_to(datagram, to).unwrap();
+    let mut answer = [0u8; 2048];
+    socket.recv(&mut answer).ok().map(|_| answer[0])
+}
+
+/// A client whose connection stays open (keep-alive) and reports how it ended.
+struct Waiter {
+    remote: SocketAddr,
+    started: bool,
+    tx: std::sync::mpsc::Sender<Result<(), quinn_proto::ConnectionError>>,
+    lost: bool,
+}
+
+impl Application for Waiter {
+    fn event(
+        &mut self,
+        _: quinn_proto::ConnectionHandle,
+        _: &mut quinn_proto::Connection,
+        event: quinn_proto::Event,
+        _: Instant,
+    ) {
+        match event {
+            quinn_proto::Event::Connected => {
+                let _ = self.tx.send(Ok(()));
+            }
+            quinn_proto::Event::ConnectionLost { reason } => {
+                self.lost = true;
+                let _ = self.tx.send(Err(reason));
+            }
+            _ => {}
+        }
+    }
+
+    fn poll(&mut self, driver: &mut Driver, _: Instant) -> Option<Instant> {
+        if !self.started {
+            self.started = true;
+            let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ).unwrap();
+            let mut config = QuicClientConfig::new(crypto);
+            let mut transport = TransportOptions {
+                idle_timeout: Duration::from_secs(60),
+                ..TransportOptions::default()
+            }
+            .transport("waiter")
+            .unwrap();
+            transport.keep_alive_interval(Some(Duration::from_millis(50)));
+            config.transport_config(Arc::new(transport));
+            driver.connect(0, config, self.remote, "localhost").unwrap();
+        }
+        None
+    }
+
+    fn done(&self) -> bool {
+        self.lost
+    }
+}
+
+/// `--key-file`: a server killed outright (no CONNECTION_CLOSE) and started again with the
+/// same file answers the old clients' packets with stateless resets they recognise, so they
+/// learn at once that their connection is gone instead of waiting out their (60 s) idle
+/// timeout. A server with a new random key would send resets nobody recognises.
+#[cfg(unix)]
+#[test]
+fn a_restarted_server_with_the_key_file_resets_old_connections() {
+    use std::process::Command;
+
+    const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
+    let dir = std::env::temp_dir().join(format!("neqo-admission-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("server.key");
+    let key = key.to_str().unwrap();
+    let start = |listen: &str| {
+        test_fixtures::Server::start(
+            Command::new(SERVER).args(["--listen", listen, "--key-file", key]),
+            DEADLINE,
+        )
+        .unwrap_or_else(|e| panic!("server did not start: {e}"))
+    };
+    let first = start("127.0.0.1:0");
+    let addr = first.addr();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let client = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let socket =
+                neqo_udp::Socket::bind("127.0.0.1:0".parse().unwrap(), neqo_udp::Config::default())
+                    .unwrap();
+            let mut app = Waiter {
+                remote: addr,
+                started: false,
+                tx,
+                lost: false,
+            };
+            Driver::new(vec![socket], None, true)
+                .run(&mut app, std::future::pending())
+                .await
+                .unwrap();
+        });
+    });
+    assert!(rx.recv_timeout(DEADLINE).unwrap().is_ok(), "connected");
+    let pid = first.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    drop(first);
+    let second = start(&addr.to_string());
+    let ended = rx.recv_timeout(DEADLINE).expect("the connection ended");
+    assert!(
+        matches!(ended, Err(quinn_proto::ConnectionError::Reset)),
+        "{ended:?}"
+    );
+    client.join().unwrap();
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
