@@ -1,0 +1,204 @@
+//! `flood`: valid client Initials (real ClientHellos, random connection IDs, never followed
+//! up, as from spoofed addresses) from many source ports on 127.0.0.1 against a `neqo-server`
+//! it starts, while a real client downloads; for each server setting, what the server's memory
+//! and CPU did and what the client saw, beside the same client against the idle server.
+//!
+//! `cargo run --release -p benches --bin flood -- [--rate 5000] [--count 20000] [--sources 500]`
+//!
+//! Loopback only: the server is its own child on 127.0.0.1. Bounded: `--count` Initials at
+//! `--rate`, each run stops its server.
+
+#[cfg(target_os = "linux")]
+fn main() -> anyhow::Result<()> {
+    linux::main()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!("flood: reads the server's memory from /proc, so it runs on Linux only");
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::{
+        net::{SocketAddr, UdpSocket},
+        process::Command,
+        sync::Arc,
+        time::{Duration, Instant},
+    };
+
+    use anyhow::{Context as _, bail};
+    use neqo_bin::tls::{self, ALPN_HQ, Trust};
+    use test_fixtures::{BUILD_NEQO_BINS, Server, cargo_build, release_binary};
+
+    /// The server settings compared, one row each.
+    const SETTINGS: [&[&str]; 2] = [&[], &["--retry", "never"]];
+
+    /// The server's idle timeout (its default): half-open connections are gone after it.
+    const IDLE: Duration = Duration::from_secs(10);
+
+    struct Args {
+        rate: u32,
+        count: usize,
+        sources: usize,
+        build: bool,
+    }
+
+    fn args() -> anyhow::Result<Args> {
+        let mut a = Args {
+            rate: 5000,
+            count: 20_000,
+            sources: 500,
+            build: true,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--rate" => a.rate = value()?.parse()?,
+                "--count" => a.count = value()?.parse()?,
+                "--sources" => a.sources = value()?.parse()?,
+                "--no-build" => a.build = false,
+                _ => bail!("unknown flag {flag}; flags: --rate N --count N --sources N --no-build"),
+            }
+        }
+        if a.rate == 0 || a.count == 0 || a.sources == 0 || a.count > 1_000_000 {
+            bail!("--rate, --count and --sources must be positive, --count at most 1000000");
+        }
+        Ok(a)
+    }
+
+    /// `count` client Initials, each of a new connection with its own random IDs.
+    fn initials(count: usize, server: SocketAddr) -> anyhow::Result<Vec<Vec<u8>>> {
+        let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ)?;
+        let mut endpoint = quinn_proto::Endpoint::new(
+            Arc::new(quinn_proto::EndpointConfig::default()),
+            None,
+            true,
+            None,
+        );
+        let now = Instant::now();
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            let config = quinn_proto::ClientConfig::new(crypto.clone());
+            let (_, mut conn) = endpoint.connect(now, config, server, "localhost")?;
+            let mut buf = Vec::new();
+            let t = conn.poll_transmit(now, 1, &mut buf).context("no Initial")?;
+            buf.truncate(t.size);
+            out.push(buf);
+        }
+        Ok(out)
+    }
+
+    /// Sends `initials` to `to` at `rate` a second, round robin over `sources` sockets.
+    fn flood(initials: &[Vec<u8>], to: SocketAddr, rate: u32, sources: usize) -> io::Result<()> {
+        let sockets = (0..sources)
+            .map(|_| UdpSocket::bind("127.0.0.1:0"))
+            .collect::<io::Result<Vec<_>>>()?;
+        let start = Instant::now();
+        for (i, d) in initials.iter().enumerate() {
+            let due = start + Duration::from_secs_f64(i as f64 / f64::from(rate));
+            let now = Instant::now();
+            if due > now + Duration::from_micros(500) {
+                std::thread::sleep(due - now);
+            }
+            // A full buffer (the server not reading) loses the datagram, as on a wire.
+            let _ = sockets[i % sources].send_to(d, to);
+        }
+        Ok(())
+    }
+
+    use std::io;
+
+    /// The resident set of process `pid` now, in MB.
+    fn rss_mb(pid: u32) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    }
+
+    /// One download of 1 MB by `neqo-client`: its wall time in ms, or why it failed.
+    fn client(addr: SocketAddr) -> Result<f64, String> {
+        let started = Instant::now();
+        let m = test_fixtures::run(
+            Command::new(release_binary("neqo-client")).args([
+                "--insecure",
+                "--no-progress",
+                &format!("https://{addr}/1000000"),
+            ]),
+            Duration::from_secs(30),
+        )
+        .map_err(|e| e.to_string())?;
+        if m.success() {
+            Ok(started.elapsed().as_secs_f64() * 1000.0)
+        } else {
+            Err(m.ending())
+        }
+    }
+
+    pub(super) fn main() -> anyhow::Result<()> {
+        let args = args()?;
+        if args.build {
+            cargo_build(BUILD_NEQO_BINS).map_err(anyhow::Error::msg)?;
+        }
+        println!(
+            "Initial flood: {} Initials at {}/s from {} source ports on 127.0.0.1; a 1 MB \
+             download during it. Client, flood and server share this machine's cores.\n",
+            args.count, args.rate, args.sources
+        );
+        println!(
+            "| server flags | peak RSS [MB] | RSS after flood [MB] | resting RSS [MB] | server CPU [s] | Retries | accepted | client idle [ms] | client in flood [ms] |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for extra in SETTINGS {
+            let json = std::env::temp_dir().join(format!("flood-{}.json", std::process::id()));
+            let server = Server::start(
+                Command::new(release_binary("neqo-server"))
+                    .args(["--listen", "127.0.0.1:0", "--json"])
+                    .arg(&json)
+                    .args(extra),
+                Duration::from_secs(20),
+            )?;
+            let addr = server.addr();
+            let idle = client(addr);
+            let datagrams = initials(args.count, addr)?;
+            let (rate, sources) = (args.rate, args.sources);
+            let flooder = std::thread::spawn(move || flood(&datagrams, addr, rate, sources));
+            std::thread::sleep(Duration::from_secs(1));
+            let during = client(addr);
+            flooder.join().expect("flood thread")?;
+            let after = rss_mb(server.id());
+            std::thread::sleep(IDLE + Duration::from_secs(2));
+            let resting = rss_mb(server.id());
+            let m = server.stop()?;
+            let report: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+                    .unwrap_or_default();
+            let _ = std::fs::remove_file(&json);
+            let show = |r: &Result<f64, String>| match r {
+                Ok(ms) => format!("{ms:.0}"),
+                Err(e) => format!("failed: {e}"),
+            };
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {} |",
+                if extra.is_empty() {
+                    "(defaults)".to_owned()
+                } else {
+                    extra.join(" ")
+                },
+                m.max_rss_kib as f64 / 1024.0,
+                after,
+                resting,
+                m.cpu().as_secs_f64(),
+                report["driver"]["retries"],
+                report["driver"]["accepted"],
+                show(&idle),
+                show(&during)
+            );
+        }
+        Ok(())
+    }
+}
