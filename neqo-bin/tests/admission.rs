@@ -10,9 +10,8 @@ use std::{
 
 use neqo_bin::{
     client::{self, ClientConfig},
-    driver::{Application, Driver},
     server::{Limits, RetryPolicy, ServerConfig, ServerHandle, ServerKeys},
-    tls::{self, ALPN_HQ, TransportOptions, Trust},
+    tls::{self, ALPN_HQ, Trust},
 };
 use quinn_proto::{ClientConfig as QuicClientConfig, EndpointConfig};
 
@@ -226,120 +225,132 @@ fn send_from(from: SocketAddr, datagram: &[u8], to: SocketAddr) -> Option<u8> {
     socket.recv(&mut answer).ok().map(|_| answer[0])
 }
 
-/// A client whose connection stays open (keep-alive) and reports how it ended.
-struct Waiter {
-    remote: SocketAddr,
-    started: bool,
-    tx: std::sync::mpsc::Sender<Result<(), quinn_proto::ConnectionError>>,
-    lost: bool,
-}
-
-impl Application for Waiter {
-    fn event(
-        &mut self,
-        _: quinn_proto::ConnectionHandle,
-        _: &mut quinn_proto::Connection,
-        event: quinn_proto::Event,
-        _: Instant,
-    ) {
-        match event {
-            quinn_proto::Event::Connected => {
-                let _ = self.tx.send(Ok(()));
-            }
-            quinn_proto::Event::ConnectionLost { reason } => {
-                self.lost = true;
-                let _ = self.tx.send(Err(reason));
-            }
-            _ => {}
-        }
-    }
-
-    fn poll(&mut self, driver: &mut Driver, _: Instant) -> Option<Instant> {
-        if !self.started {
-            self.started = true;
-            let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ).unwrap();
-            let mut config = QuicClientConfig::new(crypto);
-            let mut transport = TransportOptions {
-                idle_timeout: Duration::from_secs(60),
-                ..TransportOptions::default()
-            }
-            .transport("waiter")
-            .unwrap();
-            transport.keep_alive_interval(Some(Duration::from_millis(50)));
-            config.transport_config(Arc::new(transport));
-            driver.connect(0, config, self.remote, "localhost").unwrap();
-        }
-        None
-    }
-
-    fn done(&self) -> bool {
-        self.lost
-    }
-}
-
-/// `--key-file`: a server killed outright (no CONNECTION_CLOSE) and started again with the
-/// same file answers the old clients' packets with stateless resets they recognise, so they
-/// learn at once that their connection is gone instead of waiting out their (60 s) idle
-/// timeout. A server with a new random key would send resets nobody recognises.
+/// A server restarted with the same `--key-file` (Unix: it is killed with SIGKILL).
 #[cfg(unix)]
-#[test]
-fn a_restarted_server_with_the_key_file_resets_old_connections() {
-    use std::process::Command;
-
-    const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
-    let dir = std::env::temp_dir().join(format!("neqo-admission-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = dir.join("server.key");
-    let key = key.to_str().unwrap();
-    let start = |listen: &str| {
-        test_fixtures::Server::start(
-            Command::new(SERVER).args(["--listen", listen, "--key-file", key]),
-            DEADLINE,
-        )
-        .unwrap_or_else(|e| panic!("server did not start: {e}"))
+mod restart {
+    use neqo_bin::{
+        driver::{Application, Driver},
+        tls::TransportOptions,
     };
-    let first = start("127.0.0.1:0");
-    let addr = first.addr();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let client = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let socket =
-                neqo_udp::Socket::bind("127.0.0.1:0".parse().unwrap(), neqo_udp::Config::default())
-                    .unwrap();
-            let mut app = Waiter {
-                remote: addr,
-                started: false,
-                tx,
-                lost: false,
-            };
-            Driver::new(vec![socket], None, true)
-                .run(&mut app, std::future::pending())
-                .await
+
+    use super::*;
+
+    /// A client whose connection stays open (keep-alive) and reports how it ended.
+    struct Waiter {
+        remote: SocketAddr,
+        started: bool,
+        tx: std::sync::mpsc::Sender<Result<(), quinn_proto::ConnectionError>>,
+        lost: bool,
+    }
+
+    impl Application for Waiter {
+        fn event(
+            &mut self,
+            _: quinn_proto::ConnectionHandle,
+            _: &mut quinn_proto::Connection,
+            event: quinn_proto::Event,
+            _: Instant,
+        ) {
+            match event {
+                quinn_proto::Event::Connected => {
+                    let _ = self.tx.send(Ok(()));
+                }
+                quinn_proto::Event::ConnectionLost { reason } => {
+                    self.lost = true;
+                    let _ = self.tx.send(Err(reason));
+                }
+                _ => {}
+            }
+        }
+
+        fn poll(&mut self, driver: &mut Driver, _: Instant) -> Option<Instant> {
+            if !self.started {
+                self.started = true;
+                let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ).unwrap();
+                let mut config = QuicClientConfig::new(crypto);
+                let mut transport = TransportOptions {
+                    idle_timeout: Duration::from_secs(60),
+                    ..TransportOptions::default()
+                }
+                .transport("waiter")
                 .unwrap();
+                transport.keep_alive_interval(Some(Duration::from_millis(50)));
+                config.transport_config(Arc::new(transport));
+                driver.connect(0, config, self.remote, "localhost").unwrap();
+            }
+            None
+        }
+
+        fn done(&self) -> bool {
+            self.lost
+        }
+    }
+
+    /// `--key-file`: a server killed outright (no CONNECTION_CLOSE) and started again with the
+    /// same file answers the old clients' packets with stateless resets they recognise, so they
+    /// learn at once that their connection is gone instead of waiting out their (60 s) idle
+    /// timeout. A server with a new random key would send resets nobody recognises.
+    #[test]
+    fn a_restarted_server_with_the_key_file_resets_old_connections() {
+        use std::process::Command;
+
+        const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
+        let dir = std::env::temp_dir().join(format!("neqo-admission-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("server.key");
+        let key = key.to_str().unwrap();
+        let start = |listen: &str| {
+            test_fixtures::Server::start(
+                Command::new(SERVER).args(["--listen", listen, "--key-file", key]),
+                DEADLINE,
+            )
+            .unwrap_or_else(|e| panic!("server did not start: {e}"))
+        };
+        let first = start("127.0.0.1:0");
+        let addr = first.addr();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let client = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let socket = neqo_udp::Socket::bind(
+                    "127.0.0.1:0".parse().unwrap(),
+                    neqo_udp::Config::default(),
+                )
+                .unwrap();
+                let mut app = Waiter {
+                    remote: addr,
+                    started: false,
+                    tx,
+                    lost: false,
+                };
+                Driver::new(vec![socket], None, true)
+                    .run(&mut app, std::future::pending())
+                    .await
+                    .unwrap();
+            });
         });
-    });
-    assert!(rx.recv_timeout(DEADLINE).unwrap().is_ok(), "connected");
-    let pid = first.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    drop(first);
-    let second = start(&addr.to_string());
-    let ended = rx.recv_timeout(DEADLINE).expect("the connection ended");
-    assert!(
-        matches!(ended, Err(quinn_proto::ConnectionError::Reset)),
-        "{ended:?}"
-    );
-    client.join().unwrap();
-    drop(second);
-    let _ = std::fs::remove_dir_all(&dir);
+        assert!(rx.recv_timeout(DEADLINE).unwrap().is_ok(), "connected");
+        let pid = first.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        drop(first);
+        let second = start(&addr.to_string());
+        let ended = rx.recv_timeout(DEADLINE).expect("the connection ended");
+        assert!(
+            matches!(ended, Err(quinn_proto::ConnectionError::Reset)),
+            "{ended:?}"
+        );
+        client.join().unwrap();
+        drop(second);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -307,72 +307,77 @@ fn reset_and_stop_sending_together() {
     cancels_free_their_streams(Cancel::Both);
 }
 
-/// Ctrl-C in `neqo-client` mid-download cancels cleanly: it exits on its own, non-zero, saying
-/// it was interrupted, and its CONNECTION_CLOSE reaches the server, which lets go of the
-/// connection long before its (60 s) idle timeout could.
+/// Ctrl-C (SIGINT) to `neqo-client`.
 #[cfg(unix)]
-#[test]
-fn ctrl_c_closes_the_client_connection() {
-    use std::{io::Read as _, process::Command};
+mod ctrl_c {
+    use super::*;
 
-    let server = ServerHandle::start(ServerConfig {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        transport: TransportOptions {
-            idle_timeout: Duration::from_secs(60),
-            ..TransportOptions::default()
-        },
-        ..ServerConfig::default()
-    })
-    .expect("server starts");
-    let url = format!("https://{}/100000000000", server.addr());
-    let mut client = Command::new(env!("CARGO_BIN_EXE_neqo-client"))
-        .args(["--insecure", "--no-progress", &url])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for("the download starts", || server.open_connections() == 1);
-    let pid = client.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
+    /// Ctrl-C in `neqo-client` mid-download cancels cleanly: it exits on its own, non-zero, saying
+    /// it was interrupted, and its CONNECTION_CLOSE reaches the server, which lets go of the
+    /// connection long before its (60 s) idle timeout could.
+    #[test]
+    fn ctrl_c_closes_the_client_connection() {
+        use std::{io::Read as _, process::Command};
+
+        let server = ServerHandle::start(ServerConfig {
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
+            transport: TransportOptions {
+                idle_timeout: Duration::from_secs(60),
+                ..TransportOptions::default()
+            },
+            ..ServerConfig::default()
+        })
+        .expect("server starts");
+        let url = format!("https://{}/100000000000", server.addr());
+        let mut client = Command::new(env!("CARGO_BIN_EXE_neqo-client"))
+            .args(["--insecure", "--no-progress", &url])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for("the download starts", || server.open_connections() == 1);
+        let pid = client.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = {
+            let limit = Instant::now() + DEADLINE;
+            loop {
+                if let Some(status) = client.try_wait().unwrap() {
+                    break status;
+                }
+                if Instant::now() > limit {
+                    let _ = client.kill();
+                    panic!("neqo-client did not end after SIGINT");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let mut stderr = String::new();
+        client
+            .stderr
+            .take()
             .unwrap()
-            .success()
-    );
-    let status = {
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(!status.success(), "{status}: {stderr}");
+        assert!(stderr.contains("interrupted"), "{stderr}");
+        wait_for("the server lets go of the connection", || {
+            server.open_connections() == 0
+        });
+        server.stop().unwrap();
+    }
+
+    /// Polls `f` every 20 ms until it holds, for at most [`DEADLINE`] (a hang guard).
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         let limit = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = client.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > limit {
-                let _ = client.kill();
-                panic!("neqo-client did not end after SIGINT");
-            }
+        while !f() {
+            assert!(Instant::now() < limit, "{what}: not within {DEADLINE:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
-    };
-    let mut stderr = String::new();
-    client
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert!(!status.success(), "{status}: {stderr}");
-    assert!(stderr.contains("interrupted"), "{stderr}");
-    wait_for("the server lets go of the connection", || {
-        server.open_connections() == 0
-    });
-    server.stop().unwrap();
-}
-
-/// Polls `f` every 20 ms until it holds, for at most [`DEADLINE`] (a hang guard).
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let limit = Instant::now() + DEADLINE;
-    while !f() {
-        assert!(Instant::now() < limit, "{what}: not within {DEADLINE:?}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
