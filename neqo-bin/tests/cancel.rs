@@ -5,258 +5,14 @@
 //! server allows 100 concurrent streams, so a server that left them open would wedge the
 //! connection at the 101st. After the 300, a request on the same connection is served whole.
 
-use std::{
-    collections::HashSet,
-    net::SocketAddr,
-    ops::ControlFlow,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+#[path = "support/canceller.rs"]
+mod canceller;
 
-use bytes::Bytes;
+use canceller::{Cancel, Canceller};
 use neqo_bin::{
-    body::{self, ReadEnd},
-    driver::{Application, Driver},
-    pattern,
     server::{ServerConfig, ServerHandle},
-    tls::{self, ALPN_HQ, TransportOptions, Trust},
+    tls::Trust,
 };
-use quinn_proto::{
-    Connection, ConnectionHandle, ConnectionStats, Dir, Event, StreamEvent, StreamId, VarInt,
-};
-
-/// A hang guard for one connection's run, not a performance bound; also the most a test
-/// waits for a process or the server (well below the 60 s idle timeout that test sets).
-const DEADLINE: Duration = Duration::from_secs(30);
-
-/// Cancellations per connection: three times the server's stream limit.
-const CANCELS: usize = 300;
-
-/// The error code the client cancels with, and the server must answer with.
-const CODE: VarInt = VarInt::from_u32(0x4e51);
-
-/// A response long enough to be in flight when it is cancelled.
-const LONG: &str = "/10000000";
-
-/// The request served whole after the cancellations.
-const FINAL_LEN: u64 = 200_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cancel {
-    /// The request is sent whole; the response is refused with STOP_SENDING once it starts.
-    StopSending,
-    /// The request is reset before it is complete.
-    Reset,
-    /// Both at once, before the request is complete.
-    Both,
-}
-
-/// What the connection saw.
-#[derive(Debug)]
-struct Outcome {
-    /// Streams cancelled.
-    cancelled: usize,
-    /// Responses the server reset with [`CODE`] that the client read (with `Reset` only:
-    /// the others stop reading the response).
-    resets_read: usize,
-    /// Bytes of the final request's response, and whether each was right.
-    final_len: u64,
-    final_ok: bool,
-    stats: ConnectionStats,
-}
-
-struct Canceller {
-    remote: SocketAddr,
-    trust: Trust,
-    how: Cancel,
-    ch: Option<ConnectionHandle>,
-    cancelled: usize,
-    /// Responses a `Reset` cancel waits to see reset.
-    awaiting_reset: HashSet<StreamId>,
-    resets_read: usize,
-    /// The stream of a `StopSending` cancel, until its response starts.
-    awaiting_data: Option<StreamId>,
-    final_stream: Option<StreamId>,
-    final_len: u64,
-    final_ok: bool,
-    result: Option<Result<Outcome, String>>,
-    deadline: Instant,
-}
-
-impl Canceller {
-    fn new(server: &ServerHandle, how: Cancel) -> Self {
-        Self {
-            remote: server.addr(),
-            trust: Trust::Certs(server.certificate().to_vec()),
-            how,
-            ch: None,
-            cancelled: 0,
-            awaiting_reset: HashSet::new(),
-            resets_read: 0,
-            awaiting_data: None,
-            final_stream: None,
-            final_len: 0,
-            final_ok: true,
-            result: None,
-            deadline: Instant::now() + DEADLINE,
-        }
-    }
-
-    fn run(mut self) -> Result<Outcome, String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let socket =
-                neqo_udp::Socket::bind("127.0.0.1:0".parse().unwrap(), neqo_udp::Config::default())
-                    .unwrap();
-            let mut driver = Driver::new(vec![socket], None, true);
-            driver
-                .run(&mut self, std::future::pending())
-                .await
-                .expect("driver");
-        });
-        self.result.expect("an outcome")
-    }
-
-    /// Opens the next stream, if the server's credit allows: a cancel, or the final request.
-    fn next(&mut self, conn: &mut Connection) {
-        if self.awaiting_data.is_some() || self.final_stream.is_some() {
-            return;
-        }
-        while self.cancelled < CANCELS {
-            let Some(id) = conn.streams().open(Dir::Bi) else {
-                return; // Until StreamEvent::Available: the server freed streams.
-            };
-            self.cancelled += 1;
-            let mut send = conn.send_stream(id);
-            match self.how {
-                Cancel::StopSending => {
-                    let request = format!("GET {LONG}\r\n");
-                    send.write(request.as_bytes()).unwrap();
-                    send.finish().unwrap();
-                    self.awaiting_data = Some(id);
-                    return;
-                }
-                Cancel::Reset | Cancel::Both => {
-                    // Part of a request, then given up.
-                    send.write(b"GET /100").unwrap();
-                    send.reset(CODE).unwrap();
-                    if self.how == Cancel::Both {
-                        conn.recv_stream(id).stop(CODE).unwrap();
-                    } else {
-                        self.awaiting_reset.insert(id);
-                    }
-                }
-            }
-        }
-        if let Some(id) = conn.streams().open(Dir::Bi) {
-            let mut send = conn.send_stream(id);
-            send.write(format!("GET /{FINAL_LEN}\r\n").as_bytes())
-                .unwrap();
-            send.finish().unwrap();
-            self.final_stream = Some(id);
-        }
-    }
-
-    fn readable(&mut self, conn: &mut Connection, id: StreamId, now: Instant) {
-        if self.awaiting_data == Some(id) {
-            // The response has started: refuse the rest of it.
-            conn.recv_stream(id).stop(CODE).unwrap();
-            self.awaiting_data = None;
-            self.next(conn);
-        } else if self.awaiting_reset.contains(&id) {
-            match body::read_stream(conn, id, |_| ControlFlow::Continue(())) {
-                ReadEnd::Reset(code) if code == CODE => {
-                    self.awaiting_reset.remove(&id);
-                    self.resets_read += 1;
-                }
-                ReadEnd::Blocked => {}
-                other => {
-                    self.fail(format!("response to a reset request ended {other:?}"));
-                }
-            }
-        } else if self.final_stream == Some(id) {
-            let (len, ok) = (&mut self.final_len, &mut self.final_ok);
-            let end = body::read_stream(conn, id, |chunk| {
-                *ok &= chunk.offset == *len && pattern::verify(chunk.offset, &chunk.bytes);
-                *len += chunk.bytes.len() as u64;
-                ControlFlow::Continue(())
-            });
-            match end {
-                ReadEnd::Blocked => {}
-                ReadEnd::Fin => self.finish(conn, now),
-                other => self.fail(format!("the final request ended {other:?}")),
-            }
-        }
-    }
-
-    /// The final response is in; done once the resets a `Reset` cancel waits for are too.
-    fn finish(&mut self, conn: &mut Connection, now: Instant) {
-        if self.result.is_none() && self.final_len > 0 && self.awaiting_reset.is_empty() {
-            self.result = Some(Ok(Outcome {
-                cancelled: self.cancelled,
-                resets_read: self.resets_read,
-                final_len: self.final_len,
-                final_ok: self.final_ok,
-                stats: conn.stats(),
-            }));
-            conn.close(now, 0u32.into(), Bytes::from_static(b"done"));
-        }
-    }
-
-    fn fail(&mut self, why: String) {
-        if self.result.is_none() {
-            self.result = Some(Err(why));
-        }
-    }
-}
-
-impl Application for Canceller {
-    fn event(&mut self, _: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {
-        match event {
-            Event::Connected | Event::Stream(StreamEvent::Available { dir: Dir::Bi }) => {
-                self.next(conn);
-            }
-            Event::Stream(StreamEvent::Readable { id }) => {
-                self.readable(conn, id, now);
-                if self.final_len == FINAL_LEN {
-                    self.finish(conn, now);
-                }
-            }
-            Event::ConnectionLost { reason } if self.result.is_none() => {
-                self.fail(format!(
-                    "connection lost after {} cancels: {reason}",
-                    self.cancelled
-                ));
-            }
-            _ => {}
-        }
-    }
-
-    fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
-        if self.ch.is_none() {
-            let crypto = tls::client_crypto(&self.trust, ALPN_HQ).unwrap();
-            let mut config = quinn_proto::ClientConfig::new(crypto);
-            let transport = TransportOptions::default().transport("cancel").unwrap();
-            config.transport_config(Arc::new(transport));
-            self.ch = Some(driver.connect(0, config, self.remote, "localhost").unwrap());
-        }
-        if now > self.deadline {
-            let why = format!(
-                "deadline: {} of {CANCELS} cancels made, {} resets read, final response {} bytes",
-                self.cancelled, self.resets_read, self.final_len
-            );
-            self.fail(why);
-        }
-        Some(now + Duration::from_millis(50))
-    }
-
-    fn done(&self) -> bool {
-        self.result.is_some()
-    }
-}
 
 fn cancels_free_their_streams(how: Cancel) {
     let server = ServerHandle::start(ServerConfig {
@@ -264,23 +20,11 @@ fn cancels_free_their_streams(how: Cancel) {
         ..ServerConfig::default()
     })
     .expect("server starts");
-    let outcome = Canceller::new(&server, how)
-        .run()
-        .unwrap_or_else(|e| panic!("{how:?}: {e}"));
+    let trust = Trust::Certs(server.certificate().to_vec());
+    let outcome =
+        Canceller::run(server.addr(), trust, how).unwrap_or_else(|e| panic!("{how:?}: {e}"));
     let what = format!("{how:?}: {outcome:?}");
-    assert_eq!(outcome.cancelled, CANCELS, "{what}");
-    assert!(outcome.final_ok, "{what}");
-    assert_eq!(outcome.final_len, FINAL_LEN, "{what}");
-    // The server raised the stream limit as it freed the cancelled streams.
-    assert!(outcome.stats.frame_rx.max_streams_bidi > 0, "{what}");
-    // It reset every cancelled response (with a STOP_SENDING the client asked for that).
-    assert!(
-        outcome.stats.frame_rx.reset_stream >= CANCELS as u64,
-        "{what}"
-    );
-    if how == Cancel::Reset {
-        assert_eq!(outcome.resets_read, CANCELS, "{what}");
-    }
+    outcome.assert_streams_freed(how, &what);
     let report = server.stop().unwrap();
     if how != Cancel::StopSending {
         // Requests never completed are never answered. (A whole request stopped later may
@@ -292,25 +36,19 @@ fn cancels_free_their_streams(how: Cancel) {
     }
 }
 
-#[test]
-fn stop_sending_is_answered_with_reset_stream() {
-    cancels_free_their_streams(Cancel::StopSending);
-}
-
-#[test]
-fn a_reset_request_closes_the_response() {
-    cancels_free_their_streams(Cancel::Reset);
-}
-
-#[test]
-fn reset_and_stop_sending_together() {
-    cancels_free_their_streams(Cancel::Both);
-}
+canceller::cancel_tests!(cancels_free_their_streams);
 
 /// Ctrl-C (SIGINT) to `neqo-client`.
 #[cfg(unix)]
 mod ctrl_c {
-    use super::*;
+    use std::time::{Duration, Instant};
+
+    use neqo_bin::tls::TransportOptions;
+
+    // The client's hang guard is also the most this test waits for a process or the server,
+    // well below the 60 s idle timeout it sets.
+    use super::canceller::DEADLINE;
+    use super::{ServerConfig, ServerHandle};
 
     /// Ctrl-C in `neqo-client` mid-download cancels cleanly: it exits on its own, non-zero, saying
     /// it was interrupted, and its CONNECTION_CLOSE reaches the server, which lets go of the
