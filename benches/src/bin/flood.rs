@@ -6,7 +6,8 @@
 //! `cargo run --release -p benches --bin flood -- [--rate 5000] [--count 20000] [--sources 500]`
 //!
 //! Loopback only: the server is its own child on 127.0.0.1. Bounded: `--count` Initials at
-//! `--rate`, each run stops its server.
+//! `--rate`, each run stops its server. Exits non-zero if the client fails against the
+//! server's default flags, which promise that it gets through.
 
 #[cfg(target_os = "linux")]
 fn main() -> anyhow::Result<()> {
@@ -153,6 +154,7 @@ mod linux {
             "| server flags | peak RSS [MB] | RSS after flood [MB] | resting RSS [MB] | server CPU [s] | Retries | accepted | client idle [ms] | client in flood [ms] |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let mut failures = Vec::new();
         for extra in SETTINGS {
             let json = std::env::temp_dir().join(format!("flood-{}.json", std::process::id()));
             let server = Server::start(
@@ -198,6 +200,15 @@ mod linux {
                 show(&idle),
                 show(&during)
             );
+            // What the defaults promise: a real client gets through the flood.
+            if extra.is_empty()
+                && let Err(e) = idle.and(during)
+            {
+                failures.push(format!("with the default flags the client failed: {e}"));
+            }
+        }
+        if !failures.is_empty() {
+            bail!("{}", failures.join("; "));
         }
         Ok(())
     }
