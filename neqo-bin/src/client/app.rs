@@ -128,11 +128,16 @@ impl ClientApp {
     /// The driver was shut down (Ctrl-C) and has closed the connection: what was still to
     /// do failed.
     pub(super) fn interrupted(&mut self) {
-        let outstanding = (self.queue.len() + self.streams.len()) as u64;
-        self.report.failed_requests += outstanding;
-        self.fail(format!(
+        let outstanding = self.queue.len() + self.streams.len();
+        self.abandon(format!(
             "interrupted: {outstanding} requests cancelled, the connection closed"
         ));
+    }
+
+    /// The connection is gone with requests left: they fail, with `msg`, and so does the run.
+    fn abandon(&mut self, msg: String) {
+        self.report.failed_requests += (self.queue.len() + self.streams.len()) as u64;
+        self.fail(msg);
         self.failed = true;
         self.current = None;
         self.queue.clear();
@@ -422,14 +427,8 @@ impl Application for ClientApp {
                     self.config.transport.idle_timeout,
                     &reason,
                 );
-                let outstanding = (self.queue.len() + self.streams.len()) as u64;
-                self.report.failed_requests += outstanding;
                 self.report.lost_packets += conn.stats().path.lost_packets;
-                self.fail(msg);
-                self.failed = true;
-                self.current = None;
-                self.queue.clear();
-                self.streams.clear();
+                self.abandon(msg);
             }
             Event::Stream(_)
             | Event::HandshakeDataReady
