@@ -59,6 +59,11 @@ struct Net {
     wire: HashMap<SocketAddr, u64>,
     /// A full socket: the next this many send calls from that address say `WouldBlock`.
     full_for: HashMap<SocketAddr, usize>,
+    /// After GSO broke: GSO runs queued before the break, runs offered afresh since (each
+    /// must be one of those), and runs resumed where the last call stopped.
+    runs_at_break: usize,
+    runs_after_break: usize,
+    resumed_runs: usize,
 }
 
 impl Net {
@@ -78,6 +83,8 @@ struct FakePath {
     stats: Stats,
     /// Segments of a run already sent one by one after GSO broke.
     fallback: bool,
+    /// Bytes of the run the last fallback call stopped in, still to send.
+    remainder: Option<usize>,
 }
 
 impl Datapath for FakePath {
@@ -137,12 +144,23 @@ impl Datapath for FakePath {
         self.stats.tx.syscalls += 1;
         if !self.fallback && self.how.gso_breaks_after.is_some_and(|n| self.calls > n) {
             self.fallback = true;
+            // Runs generated before the break (all but the first, which is cut now).
+            self.net.borrow_mut().runs_at_break =
+                transmits[1..].iter().filter(|t| t.datagrams() > 1).count();
+        } else if self.fallback && transmits[0].datagrams() > 1 {
+            let mut net = self.net.borrow_mut();
+            if self.remainder == Some(transmits[0].contents.len()) {
+                net.resumed_runs += 1;
+            } else {
+                net.runs_after_break += 1;
+            }
         }
         if self.fallback {
             // GSO is broken: one datagram per call, as a socket that split a refused run
             // sends it, reporting a run's progress segment by segment.
             let t = &transmits[0];
             let stride = t.stride();
+            self.remainder = (stride < t.contents.len()).then(|| t.contents.len() - stride);
             self.deliver(&t.contents[..stride], t.destination);
             return Ok(if stride < t.contents.len() {
                 Sent {
@@ -372,6 +390,7 @@ impl Pair {
                 calls: 0,
                 stats: Stats::default(),
                 fallback: false,
+                remainder: None,
             }) as Box<dyn Datapath>
         };
         let server_addr = SocketAddr::from(([127, 0, 0, 1], 4433));
@@ -544,8 +563,9 @@ fn partial_sends_and_would_block_lose_nothing() {
 /// transmit is a single datagram.
 #[test]
 fn a_gso_fallback_mid_run_resumes_from_the_queue() {
+    // Early, while most of the download is still to come.
     let breaking = Behaviour {
-        gso_breaks_after: Some(20),
+        gso_breaks_after: Some(3),
         ..Behaviour::default()
     };
     let mut pair = Pair::new(
@@ -556,8 +576,17 @@ fn a_gso_fallback_mid_run_resumes_from_the_queue() {
     );
     pair.run();
     pair.assert_complete();
-    // After the break, the server's sends carried one datagram per transmit.
-    assert!(pair.server.counters().transmits > 100);
+    let net = pair.net.borrow();
+    // The run cut at the break (and any run cut later) went on from where it stopped...
+    assert!(net.resumed_runs > 0, "a run resumed from the queue");
+    // ...and the only other runs the socket saw after the break were queued before it:
+    // every transmit generated since carried one datagram.
+    assert!(
+        net.runs_after_break <= net.runs_at_break,
+        "{} runs after the break, {} queued before it",
+        net.runs_after_break,
+        net.runs_at_break
+    );
 }
 
 /// The idle timeout fires on the virtual clock: with the server gone silent (its datagrams
