@@ -45,6 +45,11 @@ pub struct TransportOptions {
     pub cc: CongestionControl,
     /// Directory for one qlog file per connection.
     pub qlog_dir: Option<PathBuf>,
+    /// Bytes the peer may send ahead of what we have read, over all streams: the connection
+    /// receive window, and the `initial_max_data` it is told. (The server advertises a small
+    /// one, the same for every connection so that 0-RTT stays valid, and raises it per
+    /// connection from its receive budget.)
+    pub receive_window: u64,
 }
 
 impl Default for TransportOptions {
@@ -53,6 +58,7 @@ impl Default for TransportOptions {
             idle_timeout: Duration::from_secs(10),
             cc: CongestionControl::default(),
             qlog_dir: None,
+            receive_window: 64 << 20,
         }
     }
 }
@@ -69,7 +75,9 @@ impl TransportOptions {
         ));
         // Loopback with two busy cores sees millisecond RTTs under load: large windows.
         t.stream_receive_window(VarInt::from_u32(16 << 20));
-        t.receive_window(VarInt::from_u32(64 << 20));
+        t.receive_window(
+            VarInt::from_u64(self.receive_window).context("receive window too large")?,
+        );
         t.send_window(32 << 20);
         t.max_concurrent_bidi_streams(VarInt::from_u32(100));
         t.max_concurrent_uni_streams(VarInt::from_u32(0));

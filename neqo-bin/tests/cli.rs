@@ -348,6 +348,7 @@ fn bad_settings_are_refused_at_start() {
         (&["--handshake-timeout", "11"], "--handshake-timeout"),
         (&["--handshake-timeout", "0"], "--handshake-timeout"),
         (&["--max-half-open", "0"], "--max-half-open"),
+        (&["--recv-budget", "1000"], "--recv-budget"),
         (&["--retry-half-open", "0"], "--retry-half-open"),
         (&["--key-file", short_key], "--key-file"),
         (&["--key-file", below_file], "--key-file"),

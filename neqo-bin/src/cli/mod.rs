@@ -114,6 +114,7 @@ impl IoArgs {
             idle_timeout: self.idle_timeout()?,
             cc: self.cc,
             qlog_dir: self.qlog_dir.clone(),
+            ..TransportOptions::default()
         })
     }
 }

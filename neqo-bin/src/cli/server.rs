@@ -6,10 +6,10 @@ use anyhow::bail;
 
 use super::{
     IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn,
-    check_positive, check_seconds, shutdown_signal, write_json,
+    check_positive, check_seconds, parse_size, shutdown_signal, write_json,
 };
 use crate::{
-    server::{Limits, RetryPolicy, Server, ServerConfig, ServerKeys},
+    server::{Budget, Limits, RetryPolicy, Server, ServerConfig, ServerKeys},
     tls::{ALPN_HQ, ALPN_PERF, Identity},
 };
 
@@ -62,6 +62,11 @@ pub struct ServerArgs {
     /// one serving the address) with the same file has the same keys.
     #[arg(long)]
     pub key_file: Option<PathBuf>,
+    /// The most received data all connections together may make the server hold (K/M/G; at
+    /// least 1M): every connection's receive window comes out of it, from 64 KiB to 64 MiB,
+    /// and a connection that cannot get 64 KiB is refused.
+    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    pub recv_budget: u64,
     /// Seconds between periodic --stats lines (0.1 to 86400; default 5); needs --stats.
     #[arg(long, allow_negative_numbers = true)]
     pub stats_interval: Option<f64>,
@@ -92,6 +97,12 @@ impl ServerArgs {
         }
         check_positive("--retry-half-open", self.retry_half_open)?;
         check_positive("--max-half-open", self.max_half_open)?;
+        if self.recv_budget < 1 << 20 {
+            bail!(
+                "--recv-budget {}: must be at least 1M (1048576 bytes)",
+                self.recv_budget
+            );
+        }
         self.io.idle_timeout()?;
         self.limits()?;
         if let Some(s) = self.stats_interval
@@ -101,6 +112,16 @@ impl ServerArgs {
         }
         self.stats_interval()?;
         self.io.validate()
+    }
+
+    /// The receive budget; its floor kept for `--max-connections` connections if given.
+    fn budget(&self) -> Budget {
+        Budget {
+            bytes: self.recv_budget,
+            floor_connections: self
+                .max_connections
+                .map_or(Budget::default().floor_connections, |n| n as u64),
+        }
     }
 
     /// The admission limits; the handshake timeout within the idle timeout.
@@ -171,6 +192,7 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         identity,
         alpns: args.alpns(),
         limits: args.limits()?,
+        budget: args.budget(),
         keys: match &args.key_file {
             Some(path) => ServerKeys::load_or_create(path)?,
             None => ServerKeys::random(),

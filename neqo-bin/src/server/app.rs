@@ -20,6 +20,8 @@ use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Incoming, StreamEven
 use super::{
     BAD_REQUEST, REFUSED, ServerConfig, ServerReport,
     admission::{Decision, Gate},
+    budget::Windows,
+    configs::QlogConfigs,
 };
 use crate::{
     body::{self, Pumped, ReadEnd, Source, StreamClosed},
@@ -76,9 +78,9 @@ struct FileDone {
 
 pub(super) struct ServerApp {
     root: Option<Arc<Path>>,
-    /// The endpoint's server config, which a connection with its own qlog stream copies.
-    base: Arc<quinn_proto::ServerConfig>,
     gate: Gate,
+    windows: Windows,
+    qlog: QlogConfigs,
     config: ServerConfig,
     conns: IdMap<ConnectionHandle, ConnState>,
     pub(super) report: ServerReport,
@@ -101,8 +103,9 @@ impl ServerApp {
     ) -> Self {
         Self {
             root: root.map(Arc::from),
-            base,
             gate: Gate::new(config.limits, now),
+            windows: Windows::new(config.budget),
+            qlog: QlogConfigs::new(base, config.transport.clone()),
             config,
             conns: IdMap::default(),
             report: ServerReport::default(),
@@ -129,22 +132,24 @@ impl Application for ServerApp {
                 return Admission::Refuse;
             }
         }
-        if self.config.transport.qlog_dir.is_some() {
-            let label = tls::qlog_label("server");
-            match self.config.transport.transport(&label) {
-                Ok(t) => {
-                    let mut sc = (*self.base).clone();
-                    sc.transport_config(Arc::new(t));
-                    return Admission::Accept(Some(Arc::new(sc)));
-                }
-                Err(e) => tracing::warn!("qlog: {e:#}"),
-            }
-        }
-        Admission::Accept(None)
+        let Some(window) = self.windows.reserve() else {
+            tracing::info!("refusing connection from {remote}: the receive budget is spent");
+            self.report.refused_budget += 1;
+            return Admission::Refuse;
+        };
+        tracing::trace!("connection from {remote}: a window of {window} B");
+        Admission::Accept(self.qlog.next())
     }
 
-    fn accepted(&mut self, ch: ConnectionHandle, _conn: &mut Connection) {
+    fn accepted(&mut self, ch: ConnectionHandle, conn: &mut Connection) {
         self.gate.accepted(ch, Instant::now());
+        if let Some(window) = self.windows.accepted(ch) {
+            // Every connection is told the same small window (0-RTT requires that the next
+            // connection is told no less), then gets its own from the budget at once.
+            conn.set_receive_window(
+                quinn_proto::VarInt::from_u64(window).unwrap_or(quinn_proto::VarInt::MAX),
+            );
+        }
         self.conns.insert(ch, ConnState::default());
     }
 
@@ -208,6 +213,7 @@ impl Application for ServerApp {
 
     fn drained(&mut self, ch: ConnectionHandle, _conn: &Connection) {
         self.gate.gone(ch);
+        self.windows.released(ch);
         self.conns.remove(&ch);
     }
 
@@ -228,6 +234,8 @@ impl Application for ServerApp {
             }
         }
         self.report.admission = self.gate.counters();
+        self.report.receive_budget = self.config.budget.bytes;
+        self.report.receive_windows = self.windows.granted_bytes();
         self.open
             .store(driver.open_connections(), Ordering::Relaxed);
         let expiry = self.gate.next_expiry();

@@ -5,11 +5,15 @@
 //! - `app`: the [`Application`](crate::driver::Application) answering requests, with files
 //!   read off the driver thread ([`crate::disk`]).
 //! - `admission`: which new connections are taken, retried or refused; half-open ones.
+//! - `budget`: the receive windows, sized so that all together stay within a budget.
+//! - `configs`: the server config of a connection with its own qlog stream.
 //! - `keys`: the stateless-reset and Retry-token keys, from a secret file or random.
 //! - [`ServerReport`]: what it did.
 
 mod admission;
 mod app;
+mod budget;
+mod configs;
 mod handle;
 mod keys;
 mod report;
@@ -29,6 +33,7 @@ use rustls::pki_types::CertificateDer;
 use self::app::ServerApp;
 pub use self::{
     admission::{AdmissionCounters, Limits, RetryPolicy},
+    budget::{Budget, DEFAULT_BUDGET, MAX_WINDOW, MIN_WINDOW},
     handle::ServerHandle,
     keys::{MAX_SECRET, MIN_SECRET, ServerKeys},
     report::ServerReport,
@@ -60,6 +65,8 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Stateless-reset and Retry-token keys.
     pub keys: ServerKeys,
+    /// The receive windows of all connections together (see `budget`).
+    pub budget: Budget,
     /// Idle timeout, congestion control, qlog.
     pub transport: TransportOptions,
     /// Socket configuration.
@@ -81,6 +88,7 @@ impl Default for ServerConfig {
             alpns: vec![ALPN_HQ.to_owned(), ALPN_PERF.to_owned()],
             limits: Limits::default(),
             keys: ServerKeys::random(),
+            budget: Budget::default(),
             transport: TransportOptions::default(),
             socket: neqo_udp::Config::default(),
             pacing: true,
@@ -123,6 +131,7 @@ impl Server {
         // Per-connection qlog streams are made at admission; the shared config has none.
         let shared = TransportOptions {
             qlog_dir: None,
+            receive_window: MIN_WINDOW,
             ..config.transport.clone()
         };
         server_config.transport_config(Arc::new(shared.transport("server")?));

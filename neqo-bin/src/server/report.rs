@@ -27,6 +27,13 @@ pub struct ServerReport {
     pub driver: DriverCounters,
     /// Half-open connections, refusals by reason, handshake timeouts.
     pub admission: AdmissionCounters,
+    /// The receive budget, bytes.
+    pub receive_budget: u64,
+    /// The receive windows granted now, summed: the most received data the open connections
+    /// could make the server hold.
+    pub receive_windows: u64,
+    /// Connections refused because the budget had no window left for them.
+    pub refused_budget: u64,
     /// Connections open (accepted, not yet drained) when the report was made. The server's
     /// per-connection state lives no longer than the driver's connection, so 0 means none.
     pub open_connections: u64,
@@ -40,7 +47,10 @@ impl ServerReport {
     #[must_use]
     pub fn summary(&self) -> String {
         format!(
-            "connections accepted {} refused {} (half-open limit {}) retries {} half-open {} (peak {}, timed out {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}",
+            "receive windows {} of {} B (refused {}), connections accepted {} refused {} (half-open limit {}) retries {} half-open {} (peak {}, timed out {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}",
+            self.receive_windows,
+            self.receive_budget,
+            self.refused_budget,
             self.driver.accepted,
             self.driver.refused,
             self.admission.refused_half_open,
