@@ -4,20 +4,23 @@
 
 use std::{
     collections::{HashSet, VecDeque},
-    fs::File,
-    io,
     net::SocketAddr,
     ops::ControlFlow,
     path::PathBuf,
     sync::Arc,
     task::{Context, Poll},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use bytes::Bytes;
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId};
 
-use super::{ClientConfig, ClientReport, output::Output, report};
+use super::{
+    ClientConfig, ClientReport,
+    output::{Output, WriteDone},
+    progress::Progress,
+    report,
+};
 use crate::{
     body::{self, Pumped, ReadEnd, Source},
     disk::Jobs,
@@ -43,14 +46,14 @@ struct Request {
     source: Option<Source>,
 }
 
-/// A write job's result for one request.
-#[derive(Debug)]
-struct WriteDone {
-    /// The connection (its number) the request was made on.
-    connection: usize,
-    id: StreamId,
-    token: u64,
-    result: io::Result<Option<File>>,
+impl Request {
+    /// Starts the next write of its output if one is due; returns whether it did.
+    fn start_write(&mut self, writes: &Jobs<WriteDone>, connection: usize, id: StreamId) -> bool {
+        let token = self.token;
+        self.output
+            .as_mut()
+            .is_some_and(|o| o.start_write(writes, connection, id, token))
+    }
 }
 
 pub(super) struct ClientApp {
@@ -69,8 +72,7 @@ pub(super) struct ClientApp {
     first_connect: Option<Instant>,
     last_fin: Option<Instant>,
     failed: bool,
-    progress: Option<indicatif::ProgressBar>,
-    progress_shown: bool,
+    progress: Option<Progress>,
     writes: Jobs<WriteDone>,
     /// Output files some request saves to: one request each.
     saved: HashSet<PathBuf>,
@@ -85,7 +87,7 @@ impl ClientApp {
         perf: bool,
         requests: Vec<String>,
         config: ClientConfig,
-        progress: Option<indicatif::ProgressBar>,
+        progress: Option<Progress>,
     ) -> Self {
         Self {
             remote,
@@ -103,7 +105,6 @@ impl ClientApp {
             last_fin: None,
             failed: false,
             progress,
-            progress_shown: false,
             writes: Jobs::default(),
             saved: HashSet::new(),
             next_token: 0,
@@ -118,8 +119,8 @@ impl ClientApp {
         {
             report.lost_packets += conn.stats().path.lost_packets;
         }
-        if let Some(pb) = &self.progress {
-            pb.finish_and_clear();
+        if let Some(p) = &self.progress {
+            p.finish();
         }
         report.fill(driver, io, self.first_connect, self.last_fin);
         report
@@ -272,39 +273,19 @@ impl ClientApp {
                 ReadEnd::Blocked => break,
                 // The output is full: write it and read on, unless a write is in flight.
                 ReadEnd::Stopped => {
-                    if !Self::start_write(&self.writes, self.started, id, req) {
+                    if !req.start_write(&self.writes, self.started, id) {
                         break;
                     }
                 }
             }
         }
-        Self::start_write(&self.writes, self.started, id, req);
+        req.start_write(&self.writes, self.started, id);
         if req.fin && req.output.as_ref().is_none_or(Output::done) {
             let error = req
                 .expected
                 .and_then(|n| report::body_error(&req.path, n, req.received, req.pattern_ok));
             self.finish_request(conn, id, now, error);
         }
-    }
-
-    /// Starts the request's next write if one is due; returns whether it did.
-    fn start_write(
-        writes: &Jobs<WriteDone>,
-        connection: usize,
-        id: StreamId,
-        req: &mut Request,
-    ) -> bool {
-        let Some(job) = req.output.as_mut().and_then(Output::next_write) else {
-            return false;
-        };
-        let token = req.token;
-        writes.spawn(move || WriteDone {
-            connection,
-            id,
-            token,
-            result: job(),
-        });
-        true
     }
 
     /// A write job finished: go on reading, or fail the request.
@@ -447,17 +428,12 @@ impl Application for ClientApp {
             }
         }
         self.connect(driver, now);
-        let pb = self.progress.as_ref()?;
-        pb.set_position(self.report.bytes_received);
-        if !self.progress_shown
-            && self
-                .first_connect
-                .is_some_and(|t| now.saturating_duration_since(t) > Duration::from_secs(1))
-        {
-            pb.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-            self.progress_shown = true;
-        }
-        Some(now + Duration::from_millis(100))
+        let bytes = self.report.bytes_received;
+        Some(
+            self.progress
+                .as_mut()?
+                .update(bytes, self.first_connect, now),
+        )
     }
 
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {

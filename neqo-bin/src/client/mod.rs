@@ -7,15 +7,16 @@
 
 mod app;
 mod output;
+mod progress;
 mod report;
 
-use std::{io::IsTerminal as _, net::SocketAddr, path::PathBuf};
+use std::{net::SocketAddr, path::PathBuf};
 
 use anyhow::{Context as _, bail};
 use url::Url;
 
-use self::app::ClientApp;
 pub use self::report::ClientReport;
+use self::{app::ClientApp, progress::Progress};
 use crate::{
     driver::Driver,
     hq::{self, Target},
@@ -212,18 +213,7 @@ pub async fn run_until(
             .sum::<Option<u64>>()
             .map(|n| n * config.connections as u64)
     };
-    let progress = (config.progress && std::io::stderr().is_terminal()).then(|| {
-        let pb = indicatif::ProgressBar::with_draw_target(
-            expected_total,
-            indicatif::ProgressDrawTarget::hidden(),
-        );
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec}",
-        ) {
-            pb.set_style(style);
-        }
-        pb
-    });
+    let progress = Progress::new(config.progress, expected_total);
     let io = config.socket.mode.to_string();
     let mut app = ClientApp::new(
         remote,

@@ -8,8 +8,23 @@
 use std::{fs::File, io, path::PathBuf};
 
 use bytes::BytesMut;
+use quinn_proto::StreamId;
 
-use crate::{disk, pattern::CHUNK};
+use crate::{
+    disk::{self, Jobs},
+    pattern::CHUNK,
+};
+
+/// A write job's result for one request.
+#[derive(Debug)]
+pub(super) struct WriteDone {
+    /// The connection (its number) the request was made on.
+    pub(super) connection: usize,
+    pub(super) id: StreamId,
+    /// Tells its request from an earlier one with the same stream id.
+    pub(super) token: u64,
+    pub(super) result: io::Result<Option<File>>,
+}
 
 #[derive(Debug)]
 pub(super) struct Output {
@@ -60,6 +75,27 @@ impl Output {
     /// The next write job, if one is due: none while one is in flight; a full buffer, or at
     /// the FIN what is left (creating the file even for an empty body). The last write closes
     /// the file in the job, off the driver thread.
+    /// Starts the next write on `writes` if one is due, tagged with its request; returns
+    /// whether it did.
+    pub(super) fn start_write(
+        &mut self,
+        writes: &Jobs<WriteDone>,
+        connection: usize,
+        id: StreamId,
+        token: u64,
+    ) -> bool {
+        let Some(job) = self.next_write() else {
+            return false;
+        };
+        writes.spawn(move || WriteDone {
+            connection,
+            id,
+            token,
+            result: job(),
+        });
+        true
+    }
+
     pub(super) fn next_write(
         &mut self,
     ) -> Option<impl FnOnce() -> io::Result<Option<File>> + Send + 'static> {
