@@ -26,7 +26,7 @@ use common::url;
 use neqo_bin::{
     body::{self, ReadEnd},
     client::{self, ClientConfig},
-    driver::{Application, Driver},
+    driver::{Application, Driver, run_client},
     pattern,
     server::{Limits, REFUSED, ServerConfig, ServerHandle},
     tls::{self, ALPN_HQ, TransportOptions, Trust},
@@ -161,25 +161,13 @@ impl Swarm {
 
     /// Runs the swarm to completion on a current-thread runtime; returns every outcome.
     fn run(mut self) -> Vec<Outcome> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let local: SocketAddr = if self.remote.is_ipv4() {
-                "127.0.0.1:0".parse().unwrap()
-            } else {
-                "[::1]:0".parse().unwrap()
-            };
-            let sockets = (0..self.sockets)
-                .map(|_| neqo_udp::Socket::bind(local, neqo_udp::Config::default()).unwrap())
-                .collect();
-            let mut driver = Driver::new(sockets, None, true);
-            driver
-                .run(&mut self, std::future::pending())
-                .await
-                .expect("swarm driver");
-        });
+        let local: SocketAddr = if self.remote.is_ipv4() {
+            "127.0.0.1:0".parse().unwrap()
+        } else {
+            "[::1]:0".parse().unwrap()
+        };
+        let sockets = self.sockets;
+        run_client(&mut self, local, sockets).expect("swarm driver");
         self.outcomes
             .into_iter()
             .map(|o| o.unwrap_or_else(|| Outcome::Wrong("no outcome".into())))

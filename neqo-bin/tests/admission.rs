@@ -229,7 +229,7 @@ fn send_from(from: SocketAddr, datagram: &[u8], to: SocketAddr) -> Option<u8> {
 #[cfg(unix)]
 mod restart {
     use neqo_bin::{
-        driver::{Application, Driver},
+        driver::{Application, Driver, run_client},
         tls::TransportOptions,
     };
 
@@ -311,27 +311,13 @@ mod restart {
         let addr = first.addr();
         let (tx, rx) = std::sync::mpsc::channel();
         let client = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let socket = neqo_udp::Socket::bind(
-                    "127.0.0.1:0".parse().unwrap(),
-                    neqo_udp::Config::default(),
-                )
-                .unwrap();
-                let mut app = Waiter {
-                    remote: addr,
-                    started: false,
-                    tx,
-                    lost: false,
-                };
-                Driver::new(vec![socket], None, true)
-                    .run(&mut app, std::future::pending())
-                    .await
-                    .unwrap();
-            });
+            let mut app = Waiter {
+                remote: addr,
+                started: false,
+                tx,
+                lost: false,
+            };
+            run_client(&mut app, "127.0.0.1:0".parse().unwrap(), 1).unwrap();
         });
         assert!(rx.recv_timeout(DEADLINE).unwrap().is_ok(), "connected");
         let pid = first.id().to_string();

@@ -179,7 +179,7 @@ mod changing {
     use bytes::Bytes;
     use neqo_bin::{
         body::{self, ReadEnd},
-        driver::{Application, Driver},
+        driver::{Application, Driver, run_client},
         server::REFUSED,
         tls::{self, ALPN_HQ},
     };
@@ -211,22 +211,7 @@ mod changing {
 
     impl Fetch {
         fn run(mut self) -> Vec<Got> {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let socket = neqo_udp::Socket::bind(
-                    "127.0.0.1:0".parse().unwrap(),
-                    neqo_udp::Config::default(),
-                )
-                .unwrap();
-                let mut driver = Driver::new(vec![socket], None, true);
-                driver
-                    .run(&mut self, std::future::pending())
-                    .await
-                    .expect("fetch driver");
-            });
+            run_client(&mut self, "127.0.0.1:0".parse().unwrap(), 1).expect("fetch driver");
             self.got
         }
 

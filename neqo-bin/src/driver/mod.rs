@@ -17,7 +17,7 @@
 //!
 //! Modules: `conns` (the connection table), `scheduler`, `rx`, `events`, `tx` (the send
 //! round), `datapath` (what a socket must offer), `application` (what a protocol
-//! implements).
+//! implements), `standalone` ([`run_client`]: a driver on a runtime of its own).
 //!
 //! A driver is built and run on one thread (its datapaths are registered with that thread's
 //! runtime); what crosses threads is configuration (`Arc<ServerConfig>`) and reports.
@@ -29,6 +29,7 @@ mod datapath;
 mod events;
 mod rx;
 pub mod scheduler;
+mod standalone;
 mod tx;
 
 #[cfg(test)]
@@ -52,6 +53,7 @@ use quinn_proto::{
     ClientConfig, ConnectError, Connection, ConnectionHandle, Endpoint, EndpointConfig,
     ServerConfig,
 };
+pub use standalone::run_client;
 
 use crate::pacer::{PRECISE_WITHIN, PacingTimer, PreciseTimer};
 use conns::Connections;

@@ -17,7 +17,7 @@ use std::{
 use bytes::Bytes;
 use neqo_bin::{
     body::{self, ReadEnd},
-    driver::{Application, Driver},
+    driver::{Application, Driver, run_client},
     pattern,
     tls::{self, ALPN_HQ, TransportOptions, Trust},
 };
@@ -141,20 +141,7 @@ impl Canceller {
             result: None,
             deadline: Instant::now() + DEADLINE,
         };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let socket =
-                neqo_udp::Socket::bind("127.0.0.1:0".parse().unwrap(), neqo_udp::Config::default())
-                    .unwrap();
-            let mut driver = Driver::new(vec![socket], None, true);
-            driver
-                .run(&mut app, std::future::pending())
-                .await
-                .expect("driver");
-        });
+        run_client(&mut app, "127.0.0.1:0".parse().unwrap(), 1).expect("driver");
         app.result.expect("an outcome")
     }
 
