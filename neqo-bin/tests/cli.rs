@@ -355,6 +355,9 @@ fn bad_settings_are_refused_at_start() {
     ];
     let client_only: &[(&[&str], &str)] = &[
         (&["--connections", "0"], "--connections"),
+        (&["--concurrency", "0"], "--concurrency"),
+        (&["--rate", "0"], "--rate"),
+        (&["--sockets", "2000"], "--sockets"),
         (&["-n", "0"], "--requests"),
         (&["--requests", "0"], "--requests"),
         (&["-n", "1000001"], "--requests"),

@@ -77,6 +77,14 @@ pub fn check_alpn(flag: &str, alpn: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `FLAG N` for a count that must be between 1 and `max`.
+pub(super) fn check_count(flag: &str, n: usize, max: usize, why: &str) -> anyhow::Result<()> {
+    if !(1..=max).contains(&n) {
+        bail!("{flag} {n}: must be between 1 and {max} ({why})");
+    }
+    Ok(())
+}
+
 /// `FLAG N` for a count that must be at least 1.
 pub(super) fn check_positive(flag: &str, n: usize) -> anyhow::Result<()> {
     if n == 0 {

@@ -5,8 +5,8 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::bail;
 
 use super::{
-    IoArgs, MAX_REQUESTS, check_alpn, check_positive, check_stream_bytes, check_writable_dir,
-    parse_size, shutdown_signal, write_json,
+    IoArgs, MAX_REQUESTS, check_alpn, check_count, check_positive, check_stream_bytes,
+    check_writable_dir, parse_size, shutdown_signal, write_json,
 };
 use crate::{
     client::{self, ClientConfig},
@@ -29,9 +29,20 @@ pub struct ClientArgs {
     /// All requests at once on one connection (up to the peer's stream limit).
     #[arg(long)]
     pub parallel: bool,
-    /// Sequential connections, each making every request (at least 1).
+    /// Connections, each making every request (default: --concurrency).
+    #[arg(long)]
+    pub connections: Option<usize>,
+    /// Connections open at once, at most: a load from one process (1: one after another).
     #[arg(long, default_value_t = 1)]
-    pub connections: usize,
+    pub concurrency: usize,
+    /// Open new connections at this many per second, at most (as fast as --concurrency
+    /// allows when not given).
+    #[arg(long, allow_negative_numbers = true)]
+    pub rate: Option<f64>,
+    /// Local sockets (ports) the connections are spread over, so that the server sees
+    /// different clients (default: --concurrency, at most 16).
+    #[arg(long)]
+    pub sockets: Option<usize>,
     /// `hq-interop` or `perf`.
     #[arg(long, default_value = ALPN_HQ)]
     pub alpn: String,
@@ -57,7 +68,30 @@ pub struct ClientArgs {
     pub io: IoArgs,
 }
 
+/// Most connections one client process keeps open at once.
+const MAX_CONCURRENCY: usize = 100_000;
+/// Most local sockets: each is a file descriptor with its own receive buffers.
+const MAX_SOCKETS: usize = 1024;
+/// Highest connection rate one process is asked for.
+const MAX_RATE: f64 = 1e6;
+/// Sockets by default: enough that a server's sends go to several destinations, few enough
+/// that their receive buffers stay small.
+const DEFAULT_SOCKETS: usize = 16;
+
 impl ClientArgs {
+    /// Connections in all: `--connections`, or `--concurrency`.
+    #[must_use]
+    pub fn connections(&self) -> usize {
+        self.connections.unwrap_or(self.concurrency)
+    }
+
+    /// Local sockets: `--sockets`, or as many as connections open at once, at most 16.
+    #[must_use]
+    pub fn sockets(&self) -> usize {
+        self.sockets
+            .unwrap_or_else(|| self.concurrency.min(DEFAULT_SOCKETS))
+    }
+
     /// Refuses settings that cannot work (see [`IoArgs::validate`]; `--output-dir` is created
     /// last).
     ///
@@ -66,7 +100,28 @@ impl ClientArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         check_alpn("--alpn", &self.alpn)?;
         check_positive("-n/--requests", self.requests)?;
-        check_positive("--connections", self.connections)?;
+        check_count(
+            "--concurrency",
+            self.concurrency,
+            MAX_CONCURRENCY,
+            "connections open at once",
+        )?;
+        if let Some(n) = self.connections {
+            check_positive("--connections", n)?;
+        }
+        if let Some(n) = self.sockets {
+            check_count(
+                "--sockets",
+                n,
+                MAX_SOCKETS,
+                "each holds its own receive buffers",
+            )?;
+        }
+        if let Some(r) = self.rate
+            && !(r.is_finite() && r > 0.0 && r <= MAX_RATE)
+        {
+            bail!("--rate {r}: must be more than 0 and at most {MAX_RATE} connections per second");
+        }
         let total = self.requests.saturating_mul(self.urls.len());
         if total > MAX_REQUESTS {
             bail!(
@@ -135,7 +190,10 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
         urls,
         requests: args.requests,
         parallel: args.parallel,
-        connections: args.connections,
+        connections: args.connections(),
+        concurrency: args.concurrency,
+        rate: args.rate,
+        sockets: args.sockets(),
         alpn: args.alpn.clone(),
         download: args.download,
         upload: args.upload,

@@ -53,12 +53,12 @@ mod checks;
 mod client;
 mod server;
 
-use checks::check_positive;
 pub use checks::{
     MAX_IDLE_TIMEOUT, MAX_REQUESTS, MAX_STATS_INTERVAL, MAX_STREAM_BYTES, MIN_IDLE_TIMEOUT,
     MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn, check_batch_size, check_seconds,
     check_stream_bytes, check_writable_dir, check_writable_file,
 };
+use checks::{check_count, check_positive};
 pub use client::{ClientArgs, client_main};
 pub use server::{ServerArgs, server_main};
 
@@ -266,6 +266,15 @@ mod tests {
         for ok in [
             &["-n", "1000000"][..],
             &["--connections", "1"],
+            &[
+                "--concurrency",
+                "100000",
+                "--sockets",
+                "1024",
+                "--rate",
+                "1000000",
+            ],
+            &["--concurrency", "8", "--connections", "2", "--rate", "0.5"],
             &["--alpn", "perf", "--download", &max, "--upload", &max],
             &["--alpn", "perf", "--download", "0", "--upload", "0"],
             &["--download", "0"],
@@ -276,6 +285,15 @@ mod tests {
         let over = (MAX_STREAM_BYTES + 1).to_string();
         for (args, flag) in [
             (&["--connections", "0"][..], "--connections 0"),
+            (&["--concurrency", "0"], "--concurrency 0"),
+            (&["--concurrency", "100001"], "--concurrency 100001"),
+            (&["--sockets", "0"], "--sockets 0"),
+            (&["--sockets", "1025"], "--sockets 1025"),
+            (&["--rate", "0"], "--rate 0"),
+            (&["--rate", "-1"], "--rate -1"),
+            (&["--rate", "NaN"], "--rate NaN"),
+            (&["--rate", "inf"], "--rate inf"),
+            (&["--rate", "1000001"], "--rate 1000001"),
             (&["-n", "0"], "-n/--requests 0"),
             (&["--requests", "0"], "-n/--requests 0"),
             (&["-n", "1000001"], "-n/--requests 1000001"),

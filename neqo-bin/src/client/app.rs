@@ -1,6 +1,7 @@
-//! The client's [`Application`]: opens the connections one after another and makes every
-//! request on each, verifying `/N` and perf bodies and saving `--output-dir` bodies off the
-//! driver thread.
+//! The client's [`Application`]: opens `connections` connections, at most `concurrency` at a
+//! time (and, with a `rate`, no faster than that), makes every request on each, verifies
+//! `/N` and perf bodies, saves `--output-dir` bodies off the driver thread, and records
+//! handshake times, request latencies and each connection's throughput.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -9,7 +10,7 @@ use std::{
     path::PathBuf,
     sync::Arc,
     task::{Context, Poll},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -17,6 +18,7 @@ use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamI
 
 use super::{
     ClientConfig, ClientReport,
+    load::{self, Latencies},
     output::{Output, WriteDone},
     progress::Progress,
     report,
@@ -32,10 +34,13 @@ use crate::{
 
 #[derive(Debug)]
 struct Request {
-    /// Tells this request from an earlier one with the same stream id, so that a late write
-    /// result is not taken for it.
+    /// Tells this request from an earlier one with the same connection handle and stream
+    /// id, so that a late write result is not taken for it.
     token: u64,
     path: String,
+    /// When its stream was opened: its latency runs from here to the last byte verified and
+    /// written.
+    opened: Instant,
     /// Body length to verify against, when verifying.
     expected: Option<u64>,
     received: u64,
@@ -48,109 +53,62 @@ struct Request {
 
 impl Request {
     /// Starts the next write of its output if one is due; returns whether it did.
-    fn start_write(&mut self, writes: &Jobs<WriteDone>, connection: usize, id: StreamId) -> bool {
+    fn start_write(
+        &mut self,
+        writes: &Jobs<WriteDone>,
+        ch: ConnectionHandle,
+        id: StreamId,
+    ) -> bool {
         let token = self.token;
         self.output
             .as_mut()
-            .is_some_and(|o| o.start_write(writes, connection, id, token))
+            .is_some_and(|o| o.start_write(writes, ch, id, token))
     }
 }
 
-pub(super) struct ClientApp {
-    remote: SocketAddr,
-    server_name: String,
-    crypto: Arc<quinn_proto::crypto::rustls::QuicClientConfig>,
+/// What all connections share: what to ask, where to save, what was seen.
+struct Shared {
     perf: bool,
     requests: Vec<String>,
     config: ClientConfig,
-    /// Connections opened so far.
-    started: usize,
-    current: Option<ConnectionHandle>,
-    queue: VecDeque<usize>,
-    streams: IdMap<StreamId, Request>,
     report: ClientReport,
-    first_connect: Option<Instant>,
+    handshakes: Latencies,
+    latencies: Latencies,
+    /// Each finished connection's Gbit/s, from its connect to its last response.
+    connection_gbps: Vec<f64>,
     last_fin: Option<Instant>,
-    failed: bool,
-    progress: Option<Progress>,
     writes: Jobs<WriteDone>,
     /// Output files some request saves to: one request each.
     saved: HashSet<PathBuf>,
     next_token: u64,
 }
 
-impl ClientApp {
-    pub(super) fn new(
-        remote: SocketAddr,
-        server_name: String,
-        crypto: Arc<quinn_proto::crypto::rustls::QuicClientConfig>,
-        perf: bool,
-        requests: Vec<String>,
-        config: ClientConfig,
-        progress: Option<Progress>,
-    ) -> Self {
-        Self {
-            remote,
-            server_name,
-            crypto,
-            perf,
-            requests,
-            config,
-            started: 0,
-            current: None,
-            queue: VecDeque::new(),
-            streams: IdMap::default(),
-            report: ClientReport::default(),
-            first_connect: None,
-            last_fin: None,
-            failed: false,
-            progress,
-            writes: Jobs::default(),
-            saved: HashSet::new(),
-            next_token: 0,
-        }
-    }
-
-    /// The report, once the driver has returned.
-    pub(super) fn finish(mut self, driver: &mut Driver, io: String) -> ClientReport {
-        let mut report = self.report;
-        if let Some(ch) = self.current.take()
-            && let Some(conn) = driver.connection(ch)
-        {
-            report.lost_packets += conn.stats().path.lost_packets;
-        }
-        if let Some(p) = &self.progress {
-            p.finish();
-        }
-        report.fill(driver, io, self.first_connect, self.last_fin);
-        report
-    }
-
-    /// The driver was shut down (Ctrl-C) and has closed the connection: what was still to
-    /// do failed.
-    pub(super) fn interrupted(&mut self) {
-        let outstanding = self.queue.len() + self.streams.len();
-        self.abandon(format!(
-            "interrupted: {outstanding} requests cancelled, the connection closed"
-        ));
-    }
-
-    /// The connection is gone with requests left: they fail, with `msg`, and so does the run.
-    fn abandon(&mut self, msg: String) {
-        self.report.failed_requests += (self.queue.len() + self.streams.len()) as u64;
-        self.fail(msg);
-        self.failed = true;
-        self.current = None;
-        self.queue.clear();
-        self.streams.clear();
-    }
-
+impl Shared {
     fn fail(&mut self, msg: String) {
         self.report.errors.push(msg);
     }
+}
 
-    fn open_streams(&mut self, conn: &mut Connection) {
-        let limit = if self.config.parallel { usize::MAX } else { 1 };
+/// One open connection's requests.
+struct Open {
+    /// When it was opened.
+    opened: Instant,
+    /// Requests not yet made (indices into [`Shared::requests`]).
+    queue: VecDeque<usize>,
+    streams: IdMap<StreamId, Request>,
+    /// Request and response bytes moved on it.
+    bytes: u64,
+    /// All its requests are done and it is closed.
+    closed: bool,
+}
+
+impl Open {
+    fn outstanding(&self) -> usize {
+        self.queue.len() + self.streams.len()
+    }
+
+    fn open_streams(&mut self, s: &mut Shared, conn: &mut Connection, now: Instant) {
+        let limit = if s.config.parallel { usize::MAX } else { 1 };
         while self.streams.len() < limit
             && let Some(&r) = self.queue.front()
         {
@@ -165,12 +123,12 @@ impl ClientApp {
                 break;
             };
             self.queue.pop_front();
-            let path = self.requests[r].clone();
-            let (source, expected) = if self.perf {
-                let header = perf::request_header(self.config.download);
+            let path = s.requests[r].clone();
+            let (source, expected) = if s.perf {
+                let header = perf::request_header(s.config.download);
                 (
-                    Source::pattern(Some(Bytes::copy_from_slice(&header)), self.config.upload),
-                    Some(self.config.download),
+                    Source::pattern(Some(Bytes::copy_from_slice(&header)), s.config.upload),
+                    Some(s.config.download),
                 )
             } else {
                 let expected = match hq::target(&path) {
@@ -182,21 +140,20 @@ impl ClientApp {
                     expected,
                 )
             };
-            let output = match &self.config.output_dir {
-                Some(dir) if !self.perf => {
+            let output = match &s.config.output_dir {
+                Some(dir) if !s.perf => {
                     let target = dir.join(hq::output_name(&path));
-                    self.saved
-                        .insert(target.clone())
-                        .then(|| Output::new(target))
+                    s.saved.insert(target.clone()).then(|| Output::new(target))
                 }
                 _ => None,
             };
-            self.next_token += 1;
+            s.next_token += 1;
             self.streams.insert(
                 id,
                 Request {
-                    token: self.next_token,
+                    token: s.next_token,
                     path,
+                    opened: now,
                     expected,
                     received: 0,
                     pattern_ok: true,
@@ -205,11 +162,11 @@ impl ClientApp {
                     source: Some(source),
                 },
             );
-            self.pump(conn, id);
+            self.pump(s, conn, id);
         }
     }
 
-    fn pump(&mut self, conn: &mut Connection, id: StreamId) {
+    fn pump(&mut self, s: &mut Shared, conn: &mut Connection, id: StreamId) {
         let Some(req) = self.streams.get_mut(&id) else {
             return;
         };
@@ -218,7 +175,9 @@ impl ClientApp {
         };
         let before = src.written;
         let result = src.pump(&mut conn.send_stream(id));
-        self.report.bytes_sent += src.written - before;
+        let sent = src.written - before;
+        s.report.bytes_sent += sent;
+        self.bytes += sent;
         match result {
             Ok(Pumped::Blocked | Pumped::Starved) => {}
             // Closed: the server stopped the request; its reset says why when we read.
@@ -228,13 +187,20 @@ impl ClientApp {
 
     /// Reads the response (no more than its output can take), starts due writes, and
     /// completes the request when all is read, verified and written.
-    fn read(&mut self, conn: &mut Connection, id: StreamId, now: Instant) {
+    fn read(
+        &mut self,
+        s: &mut Shared,
+        ch: ConnectionHandle,
+        conn: &mut Connection,
+        id: StreamId,
+        now: Instant,
+    ) {
         let Some(req) = self.streams.get_mut(&id) else {
             return;
         };
         while !req.fin {
             let max = req.output.as_ref().map_or(usize::MAX, Output::room);
-            let bytes_received = &mut self.report.bytes_received;
+            let mut read = 0;
             let end = body::read_stream_up_to(conn, id, max, |chunk| {
                 let len = chunk.bytes.len() as u64;
                 if req.expected.is_some()
@@ -247,9 +213,11 @@ impl ClientApp {
                     out.push(&chunk.bytes);
                 }
                 req.received += len;
-                *bytes_received += len;
+                read += len;
                 ControlFlow::Continue(())
             });
+            s.report.bytes_received += read;
+            self.bytes += read;
             match end {
                 ReadEnd::Reset(code) => {
                     // Nothing more of the request is wanted either (a perf upload may still
@@ -261,7 +229,7 @@ impl ClientApp {
                         "{}: the server reset the stream (error code {code}{name})",
                         req.path
                     );
-                    self.finish_request(conn, id, now, Some(msg));
+                    self.finish_request(s, conn, id, now, Some(msg));
                     return;
                 }
                 ReadEnd::Fin => {
@@ -273,23 +241,23 @@ impl ClientApp {
                 ReadEnd::Blocked => break,
                 // The output is full: write it and read on, unless a write is in flight.
                 ReadEnd::Stopped => {
-                    if !req.start_write(&self.writes, self.started, id) {
+                    if !req.start_write(&s.writes, ch, id) {
                         break;
                     }
                 }
             }
         }
-        req.start_write(&self.writes, self.started, id);
+        req.start_write(&s.writes, ch, id);
         if req.fin && req.output.as_ref().is_none_or(Output::done) {
             let error = req
                 .expected
                 .and_then(|n| report::body_error(&req.path, n, req.received, req.pattern_ok));
-            self.finish_request(conn, id, now, error);
+            self.finish_request(s, conn, id, now, error);
         }
     }
 
     /// A write job finished: go on reading, or fail the request.
-    fn write_done(&mut self, conn: &mut Connection, done: WriteDone, now: Instant) {
+    fn write_done(&mut self, s: &mut Shared, conn: &mut Connection, done: WriteDone, now: Instant) {
         let Some(req) = self
             .streams
             .get_mut(&done.id)
@@ -303,7 +271,7 @@ impl ClientApp {
         match done.result {
             Ok(file) => {
                 out.written(file);
-                self.read(conn, done.id, now);
+                self.read(s, done.connection, conn, done.id, now);
             }
             Err(e) => {
                 let msg = format!(
@@ -313,86 +281,237 @@ impl ClientApp {
                 );
                 // Given up: the server need not send the rest, nor we.
                 body::cancel(conn, done.id, 0u32.into());
-                self.finish_request(conn, done.id, now, Some(msg));
+                self.finish_request(s, conn, done.id, now, Some(msg));
             }
         }
     }
 
+    /// A request is over: counted, its latency recorded if it succeeded; the next one opened,
+    /// or the connection closed when none is left.
     fn finish_request(
         &mut self,
+        s: &mut Shared,
         conn: &mut Connection,
         id: StreamId,
         now: Instant,
         error: Option<String>,
     ) {
-        self.streams.remove(&id);
-        self.last_fin = Some(now);
+        let Some(req) = self.streams.remove(&id) else {
+            return;
+        };
+        s.last_fin = Some(now);
         if let Some(e) = error {
-            self.report.failed_requests += 1;
-            self.fail(e);
+            s.report.failed_requests += 1;
+            s.fail(e);
         } else {
-            self.report.requests += 1;
+            s.report.requests += 1;
+            s.latencies
+                .record(now.saturating_duration_since(req.opened));
         }
-        self.open_streams(conn);
-        if self.queue.is_empty() && self.streams.is_empty() {
-            self.report.connections += 1;
-            self.report.lost_packets += conn.stats().path.lost_packets;
+        self.open_streams(s, conn, now);
+        if self.outstanding() == 0 {
+            s.report.connections += 1;
+            s.report.lost_packets += conn.stats().path.lost_packets;
+            let seconds = now.saturating_duration_since(self.opened).as_secs_f64();
+            if seconds > 0.0 {
+                #[expect(clippy::cast_precision_loss, reason = "a rate")]
+                s.connection_gbps
+                    .push(self.bytes as f64 * 8.0 / seconds / 1e9);
+            }
             conn.close(now, 0u32.into(), Bytes::from_static(b"done"));
-            self.current = None;
+            self.closed = true;
+        }
+    }
+}
+
+pub(super) struct ClientApp {
+    remote: SocketAddr,
+    server_name: String,
+    crypto: Arc<quinn_proto::crypto::rustls::QuicClientConfig>,
+    /// Local sockets (driver paths) the connections are spread over.
+    sockets: usize,
+    shared: Shared,
+    open: IdMap<ConnectionHandle, Open>,
+    /// Connections opened so far.
+    started: usize,
+    first_connect: Option<Instant>,
+    /// A connection failed: no more are opened.
+    failed: bool,
+    progress: Option<Progress>,
+}
+
+impl ClientApp {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call site, each argument named"
+    )]
+    pub(super) fn new(
+        remote: SocketAddr,
+        server_name: String,
+        crypto: Arc<quinn_proto::crypto::rustls::QuicClientConfig>,
+        sockets: usize,
+        perf: bool,
+        requests: Vec<String>,
+        config: ClientConfig,
+        progress: Option<Progress>,
+    ) -> Self {
+        Self {
+            remote,
+            server_name,
+            crypto,
+            sockets: sockets.max(1),
+            shared: Shared {
+                perf,
+                requests,
+                config,
+                report: ClientReport::default(),
+                handshakes: Latencies::default(),
+                latencies: Latencies::default(),
+                connection_gbps: Vec::new(),
+                last_fin: None,
+                writes: Jobs::default(),
+                saved: HashSet::new(),
+                next_token: 0,
+            },
+            open: IdMap::default(),
+            started: 0,
+            first_connect: None,
+            failed: false,
+            progress,
         }
     }
 
-    /// Opens the next connection when the last one is done.
-    fn connect(&mut self, driver: &mut Driver, now: Instant) {
-        if self.current.is_some() || self.failed || self.started >= self.config.connections {
-            return;
+    /// The report, once the driver has returned.
+    pub(super) fn finish(mut self, driver: &mut Driver, io: String) -> ClientReport {
+        let s = &mut self.shared;
+        for &ch in self.open.keys() {
+            if let Some(conn) = driver.connection(ch) {
+                s.report.lost_packets += conn.stats().path.lost_packets;
+            }
         }
+        if let Some(p) = &self.progress {
+            p.finish();
+        }
+        let mut report = std::mem::take(&mut s.report);
+        report.concurrency = s.config.concurrency;
+        report.handshake_ms = s.handshakes.percentiles();
+        report.request_ms = s.latencies.percentiles();
+        report.connection_gbps = load::spread(&s.connection_gbps);
+        report.fill(driver, io, self.first_connect, s.last_fin);
+        report
+    }
+
+    /// The driver was shut down (Ctrl-C) and has closed the connections: what was still to
+    /// do failed.
+    pub(super) fn interrupted(&mut self) {
+        let outstanding: usize = self.open.values().map(Open::outstanding).sum();
+        let not_started = self.unopened();
+        let s = &mut self.shared;
+        s.report.failed_requests += (outstanding + not_started) as u64;
+        s.fail(format!(
+            "interrupted: {} requests cancelled, the connections closed",
+            outstanding + not_started
+        ));
+        self.failed = true;
+        self.open.clear();
+    }
+
+    /// Requests of the connections not yet opened.
+    fn unopened(&self) -> usize {
+        (self.shared.config.connections - self.started) * self.shared.requests.len()
+    }
+
+    /// Opens connections while fewer than `concurrency` are open and, with a rate, their
+    /// time has come; returns when the next one is due.
+    fn connect(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
+        let (connections, concurrency, rate) = {
+            let c = &self.shared.config;
+            (c.connections, c.concurrency, c.rate)
+        };
+        while !self.failed && self.started < connections {
+            if self.open.len() >= concurrency {
+                return None;
+            }
+            if let (Some(rate), Some(first)) = (rate, self.first_connect) {
+                #[expect(clippy::cast_precision_loss, reason = "a schedule")]
+                let due = first + Duration::from_secs_f64(self.started as f64 / rate);
+                if due > now {
+                    return Some(due);
+                }
+            }
+            self.connect_one(driver, now);
+        }
+        None
+    }
+
+    fn connect_one(&mut self, driver: &mut Driver, now: Instant) {
+        let path = self.started % self.sockets;
         self.started += 1;
+        let s = &mut self.shared;
         let mut cc = quinn_proto::ClientConfig::new(self.crypto.clone());
         let label = tls::qlog_label("client");
-        match self.config.transport.transport(&label) {
+        match s.config.transport.transport(&label) {
             Ok(t) => {
                 cc.transport_config(Arc::new(t));
             }
             Err(e) => {
-                self.fail(format!("{e:#}"));
+                s.fail(format!("{e:#}"));
                 self.failed = true;
                 return;
             }
         }
-        match driver.connect(0, cc, self.remote, &self.server_name) {
+        match driver.connect(path, cc, self.remote, &self.server_name) {
             Ok(ch) => {
                 self.first_connect.get_or_insert(now);
-                self.current = Some(ch);
-                self.queue = (0..self.requests.len()).collect();
-                if self.queue.is_empty() {
-                    self.fail("no request to make".to_owned());
-                    self.failed = true;
-                }
+                s.report.peak_concurrency = s.report.peak_concurrency.max(self.open.len() + 1);
+                self.open.insert(
+                    ch,
+                    Open {
+                        opened: now,
+                        queue: (0..s.requests.len()).collect(),
+                        streams: IdMap::default(),
+                        bytes: 0,
+                        closed: false,
+                    },
+                );
             }
             Err(e) => {
-                self.fail(format!("cannot connect to {}: {e}", self.remote));
+                s.fail(format!("cannot connect to {}: {e}", self.remote));
                 self.failed = true;
             }
+        }
+    }
+
+    /// Drops a connection whose requests are all done.
+    fn forget_if_closed(&mut self, ch: ConnectionHandle) {
+        if self.open.get(&ch).is_some_and(|o| o.closed) {
+            self.open.remove(&ch);
         }
     }
 }
 
 impl Application for ClientApp {
     fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {
-        if self.current != Some(ch) {
+        let Some(open) = self.open.get_mut(&ch) else {
             return;
-        }
+        };
+        let s = &mut self.shared;
         match event {
-            Event::Connected => self.open_streams(conn),
-            Event::Stream(StreamEvent::Available { dir: Dir::Bi }) => self.open_streams(conn),
-            Event::Stream(StreamEvent::Readable { id }) => self.read(conn, id, now),
-            Event::Stream(StreamEvent::Writable { id }) => self.pump(conn, id),
+            Event::Connected => {
+                s.handshakes
+                    .record(now.saturating_duration_since(open.opened));
+                open.open_streams(s, conn, now);
+            }
+            Event::Stream(StreamEvent::Available { dir: Dir::Bi }) => {
+                open.open_streams(s, conn, now);
+            }
+            Event::Stream(StreamEvent::Readable { id }) => open.read(s, ch, conn, id, now),
+            Event::Stream(StreamEvent::Writable { id }) => open.pump(s, conn, id),
             Event::Stream(StreamEvent::Stopped { id, error_code }) => {
                 // RFC 9000 section 3.5: answered with RESET_STREAM if the request is still
                 // being sent; the server's reset of the response says why, when we read it.
                 let _ = conn.send_stream(id).reset(error_code);
-                if let Some(req) = self.streams.get_mut(&id) {
+                if let Some(req) = open.streams.get_mut(&id) {
                     req.source = None;
                 }
             }
@@ -404,43 +523,51 @@ impl Application for ClientApp {
             Event::ConnectionLost { reason } => {
                 let msg = report::connection_error(
                     self.remote,
-                    &self.config.alpn,
-                    self.config.transport.idle_timeout,
+                    &s.config.alpn,
+                    s.config.transport.idle_timeout,
                     &reason,
                 );
-                self.report.lost_packets += conn.stats().path.lost_packets;
-                self.abandon(msg);
+                s.report.lost_packets += conn.stats().path.lost_packets;
+                s.report.failed_requests += open.outstanding() as u64;
+                s.fail(msg);
+                self.failed = true;
+                self.open.remove(&ch);
+                return;
             }
             Event::Stream(_)
             | Event::HandshakeDataReady
             | Event::DatagramReceived
             | Event::DatagramsUnblocked => {}
         }
+        self.forget_if_closed(ch);
     }
 
     fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
-        while let Some(done) = self.writes.take() {
-            if done.connection != self.started {
-                continue;
-            }
-            if let Some(ch) = self.current {
-                driver.update(ch, |conn| self.write_done(conn, done, now));
+        while let Some(done) = self.shared.writes.take() {
+            let ch = done.connection;
+            if let Some(open) = self.open.get_mut(&ch) {
+                let s = &mut self.shared;
+                driver.update(ch, |conn| open.write_done(s, conn, done, now));
+                self.forget_if_closed(ch);
             }
         }
-        self.connect(driver, now);
-        let bytes = self.report.bytes_received;
-        Some(
-            self.progress
-                .as_mut()?
-                .update(bytes, self.first_connect, now),
-        )
+        let next_connect = self.connect(driver, now);
+        let bytes = self.shared.report.bytes_received;
+        let next_progress = self
+            .progress
+            .as_mut()
+            .map(|p| p.update(bytes, self.first_connect, now));
+        match (next_connect, next_progress) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.writes.poll_ready(cx)
+        self.shared.writes.poll_ready(cx)
     }
 
     fn done(&self) -> bool {
-        self.failed || (self.current.is_none() && self.started >= self.config.connections)
+        self.open.is_empty() && (self.failed || self.started >= self.shared.config.connections)
     }
 }

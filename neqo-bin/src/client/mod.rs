@@ -6,6 +6,7 @@
 //! - [`ClientReport`]: what it did.
 
 mod app;
+mod load;
 mod output;
 mod progress;
 mod report;
@@ -15,8 +16,11 @@ use std::{net::SocketAddr, path::PathBuf};
 use anyhow::{Context as _, bail};
 use url::Url;
 
-pub use self::report::ClientReport;
 use self::{app::ClientApp, progress::Progress};
+pub use self::{
+    load::{Percentiles, Spread},
+    report::ClientReport,
+};
 use crate::{
     driver::Driver,
     hq::{self, Target},
@@ -32,8 +36,15 @@ pub struct ClientConfig {
     pub requests: usize,
     /// All requests at once (up to the peer's stream limit) instead of one after another.
     pub parallel: bool,
-    /// Sequential connections, each doing every request.
+    /// Connections, each doing every request.
     pub connections: usize,
+    /// Connections open at once, at most (1: one after another).
+    pub concurrency: usize,
+    /// New connections per second, at most (`None`: as fast as `concurrency` allows).
+    pub rate: Option<f64>,
+    /// Local sockets (ports) the connections are spread over, round robin, so that a server
+    /// sees them as coming from different clients.
+    pub sockets: usize,
     /// `hq-interop` or `perf`.
     pub alpn: String,
     /// perf: bytes to ask the server for, per request.
@@ -64,6 +75,9 @@ impl Default for ClientConfig {
             requests: 1,
             parallel: false,
             connections: 1,
+            concurrency: 1,
+            rate: None,
+            sockets: 1,
             alpn: ALPN_HQ.to_owned(),
             download: 0,
             upload: 0,
@@ -191,9 +205,20 @@ pub async fn run_until(
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    let socket = neqo_udp::Socket::bind(local, config.socket.clone())?;
+    if config.concurrency == 0 || config.sockets == 0 || config.connections == 0 {
+        bail!("connections, concurrency and sockets must be at least 1");
+    }
+    if let Some(rate) = config.rate
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        bail!("a connection rate must be positive, not {rate}");
+    }
+    let mut sockets = Vec::with_capacity(config.sockets);
+    for _ in 0..config.sockets {
+        sockets.push(neqo_udp::Socket::bind(local, config.socket.clone())?);
+    }
     let mut driver =
-        Driver::new(vec![socket], None, config.pacing).with_pacing_timer(config.pacing_timer);
+        Driver::new(sockets, None, config.pacing).with_pacing_timer(config.pacing_timer);
     let perf = config.alpn == ALPN_PERF;
     let mut requests = Vec::new();
     for u in &config.urls {
@@ -219,6 +244,7 @@ pub async fn run_until(
         remote,
         server_name,
         crypto,
+        config.sockets,
         perf,
         requests,
         config,

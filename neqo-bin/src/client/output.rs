@@ -8,7 +8,7 @@
 use std::{fs::File, io, path::PathBuf};
 
 use bytes::BytesMut;
-use quinn_proto::StreamId;
+use quinn_proto::{ConnectionHandle, StreamId};
 
 use crate::{
     disk::{self, Jobs},
@@ -18,10 +18,10 @@ use crate::{
 /// A write job's result for one request.
 #[derive(Debug)]
 pub(super) struct WriteDone {
-    /// The connection (its number) the request was made on.
-    pub(super) connection: usize,
+    /// The connection the request was made on.
+    pub(super) connection: ConnectionHandle,
     pub(super) id: StreamId,
-    /// Tells its request from an earlier one with the same stream id.
+    /// Tells its request from an earlier one with the same connection handle and stream id.
     pub(super) token: u64,
     pub(super) result: io::Result<Option<File>>,
 }
@@ -80,7 +80,7 @@ impl Output {
     pub(super) fn start_write(
         &mut self,
         writes: &Jobs<WriteDone>,
-        connection: usize,
+        connection: ConnectionHandle,
         id: StreamId,
         token: u64,
     ) -> bool {

@@ -7,6 +7,7 @@ use std::{
 
 use quinn_proto::{ConnectionError, TransportErrorCode};
 
+use super::{Percentiles, Spread};
 use crate::driver::Driver;
 
 /// What a client did.
@@ -22,10 +23,26 @@ pub struct ClientReport {
     pub failed_requests: u64,
     /// Connections completed.
     pub connections: u64,
+    /// Connections allowed open at once.
+    pub concurrency: usize,
+    /// The most connections making requests at once.
+    pub peak_concurrency: usize,
     /// From the first connect to the last FIN.
     pub seconds: f64,
     /// (received + sent) bits per second / 1e9 over `seconds`.
     pub gbps: f64,
+    /// Completed requests per second over `seconds`.
+    pub requests_per_second: f64,
+    /// From a connection's connect to its handshake's completion.
+    pub handshake_ms: Option<Percentiles>,
+    /// From a request's stream being opened to its response read, verified and saved
+    /// (successful requests).
+    pub request_ms: Option<Percentiles>,
+    /// Fairness: each completed connection's Gbit/s (request and response bytes from its
+    /// connect to its last response).
+    pub connection_gbps: Option<Spread>,
+    /// Local sockets the connections were spread over that sent anything.
+    pub sockets_used: usize,
     /// Datagrams per receive syscall.
     pub rx_datagrams_per_syscall: f64,
     /// Datagrams per send syscall.
@@ -48,9 +65,30 @@ pub struct ClientReport {
 }
 
 impl ClientReport {
-    /// A short human summary.
+    /// A short human summary; with more than one connection at once, a second line on the
+    /// load (requests per second, handshakes, latencies, fairness).
     #[must_use]
     pub fn summary(&self) -> String {
+        let mut s = self.transfer_summary();
+        if self.concurrency > 1 {
+            s.push_str(&format!(
+                "\nload: {:.0} requests/s",
+                self.requests_per_second
+            ));
+            if let Some(h) = &self.handshake_ms {
+                s.push_str(&format!("; handshake {h}"));
+            }
+            if let Some(r) = &self.request_ms {
+                s.push_str(&format!("; request {r}"));
+            }
+            if let Some(c) = &self.connection_gbps {
+                s.push_str(&format!("; per-connection Gbit/s {c}"));
+            }
+        }
+        s
+    }
+
+    fn transfer_summary(&self) -> String {
         format!(
             "{} requests ({} failed) on {} connections: received {} B, sent {} B in {:.3} s = {:.3} Gbit/s; datagrams/syscall rx {:.2} tx {:.2}; kernel drops {}; lost packets {}",
             self.requests,
@@ -78,6 +116,7 @@ impl ClientReport {
     ) {
         let s = driver.socket_stats();
         self.socket = s;
+        self.sockets_used = driver.path_stats().filter(|p| p.tx.datagrams > 0).count();
         self.rx_datagrams_per_syscall = s.rx.datagrams_per_syscall();
         self.tx_datagrams_per_syscall = s.tx.datagrams_per_syscall();
         self.kernel_drops = s.kernel_drops;
@@ -91,6 +130,9 @@ impl ClientReport {
             #[expect(clippy::cast_precision_loss, reason = "a rate")]
             let bits = (self.bytes_received + self.bytes_sent) as f64 * 8.0;
             self.gbps = bits / self.seconds / 1e9;
+            #[expect(clippy::cast_precision_loss, reason = "a rate")]
+            let requests = self.requests as f64;
+            self.requests_per_second = requests / self.seconds;
         }
     }
 }

@@ -38,6 +38,8 @@ pub(super) struct Connections {
     pub(super) endpoint: Endpoint,
     slots: Vec<Option<Conn>>,
     live: usize,
+    /// The most live at once.
+    peak: usize,
     touched: Vec<usize>,
     ready: VecDeque<usize>,
 }
@@ -48,6 +50,7 @@ impl Connections {
             endpoint,
             slots: Vec::new(),
             live: 0,
+            peak: 0,
             touched: Vec::new(),
             ready: VecDeque::new(),
         }
@@ -56,6 +59,11 @@ impl Connections {
     /// Connections not yet drained.
     pub(super) const fn len(&self) -> usize {
         self.live
+    }
+
+    /// The most connections live at once so far.
+    pub(super) const fn peak(&self) -> usize {
+        self.peak
     }
 
     pub(super) fn get(&self, ch: ConnectionHandle) -> Option<&Conn> {
@@ -99,6 +107,7 @@ impl Connections {
             ready: false,
         });
         self.live += 1;
+        self.peak = self.peak.max(self.live);
         self.touch(ch.0);
     }
 

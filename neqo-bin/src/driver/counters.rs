@@ -10,6 +10,8 @@ pub struct DriverCounters {
     pub refused: u64,
     /// Retry packets sent (address validation).
     pub retries: u64,
+    /// The most connections open at once (not yet drained).
+    pub peak_connections: u64,
     /// Connections drained and dropped.
     pub drained: u64,
     /// Packets declared lost by drained connections.

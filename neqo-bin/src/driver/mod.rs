@@ -289,7 +289,14 @@ impl Driver {
     /// The driver's own counters.
     #[must_use]
     pub const fn counters(&self) -> DriverCounters {
-        self.counters
+        let mut c = self.counters;
+        c.peak_connections = self.conns.peak() as u64;
+        c
+    }
+
+    /// Each path's (socket's) counters, in path order.
+    pub fn path_stats(&self) -> impl Iterator<Item = Stats> + '_ {
+        self.paths.iter().map(|p| p.io.stats())
     }
 
     /// Whether the driver paces.
