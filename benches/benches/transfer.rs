@@ -6,8 +6,10 @@
 //!   a 1-byte response (100 streams at a time, the server's stream limit).
 //! - `100-seq-conn/1-1b-resp (aka. HPS)`: 100 sequential connections, one 1-byte request each.
 //! - `1-conn/1-100mb-req (aka. Upload)`: one connection, 100 MiB uploaded with `perf`.
+//! - `100-conn/1-1mb-resp`: 100 connections at once from one client (over 16 local
+//!   sockets), one 1 MiB response each.
 //!
-//! Each runs in I/O mode `batched` and `single`, pacing on; Download and Upload also with
+//! Each runs in I/O mode `batched` and `single`, pacing on; Download, Upload and 100-conn also with
 //! pacing off (`batched-unpaced`, `single-unpaced`). One server per benchmark function. After
 //! each, a line gives the mean datagrams per syscall of both sides in both directions, the
 //! kernel drops, lost packets, and the process CPU time per MiB, request or connection.
@@ -37,7 +39,7 @@ fn transfer(c: &mut Criterion) {
             Unit::Elements(n) => Throughput::Elements(n),
         });
         group.measurement_time(Duration::from_secs(match scenario {
-            Scenario::Download | Scenario::Upload => 10,
+            Scenario::Download | Scenario::Upload | Scenario::ManyConn => 10,
             Scenario::Rps | Scenario::Hps => 5,
         }));
         let mut variants = vec![(IoMode::Batched, true), (IoMode::Single, true)];

@@ -31,6 +31,8 @@ pub enum Scenario {
     Hps,
     /// One connection, 100 MiB uploaded with `perf`.
     Upload,
+    /// 100 connections at once from one client, one 1 MiB response each.
+    ManyConn,
 }
 
 /// How much one run of a [`Scenario`] moves.
@@ -40,8 +42,10 @@ pub struct Workload {
     pub bytes: u64,
     /// Requests per connection.
     pub requests: usize,
-    /// Sequential connections.
+    /// Connections.
     pub connections: usize,
+    /// Connections open at once (1: one after another).
+    pub concurrency: usize,
 }
 
 /// What criterion should count for one run.
@@ -55,7 +59,13 @@ pub enum Unit {
 
 impl Scenario {
     /// In the order the benchmarks run.
-    pub const ALL: [Self; 4] = [Self::Download, Self::Rps, Self::Hps, Self::Upload];
+    pub const ALL: [Self; 5] = [
+        Self::Download,
+        Self::Rps,
+        Self::Hps,
+        Self::Upload,
+        Self::ManyConn,
+    ];
 
     /// The benchmark name (issue 6's exact names).
     #[must_use]
@@ -65,13 +75,14 @@ impl Scenario {
             Self::Rps => "1-conn/10_000-parallel-1b-resp (aka. RPS)",
             Self::Hps => "100-seq-conn/1-1b-resp (aka. HPS)",
             Self::Upload => "1-conn/1-100mb-req (aka. Upload)",
+            Self::ManyConn => "100-conn/1-1mb-resp",
         }
     }
 
     /// Whether the benchmark also runs with the driver's pacing off.
     #[must_use]
     pub const fn has_unpaced_variant(self) -> bool {
-        matches!(self, Self::Download | Self::Upload)
+        matches!(self, Self::Download | Self::Upload | Self::ManyConn)
     }
 
     /// The workload the benchmark names.
@@ -82,16 +93,25 @@ impl Scenario {
                 bytes: MIB_100,
                 requests: 1,
                 connections: 1,
+                concurrency: 1,
             },
             Self::Rps => Workload {
                 bytes: 1,
                 requests: 10_000,
                 connections: 1,
+                concurrency: 1,
             },
             Self::Hps => Workload {
                 bytes: 1,
                 requests: 1,
                 connections: 100,
+                concurrency: 1,
+            },
+            Self::ManyConn => Workload {
+                bytes: 1 << 20,
+                requests: 1,
+                connections: 100,
+                concurrency: 100,
             },
         }
     }
@@ -104,16 +124,25 @@ impl Scenario {
                 bytes: 1 << 20,
                 requests: 1,
                 connections: 1,
+                concurrency: 1,
             },
             Self::Rps => Workload {
                 bytes: 1,
                 requests: 200,
                 connections: 1,
+                concurrency: 1,
             },
             Self::Hps => Workload {
                 bytes: 1,
                 requests: 1,
                 connections: 3,
+                concurrency: 1,
+            },
+            Self::ManyConn => Workload {
+                bytes: 64 << 10,
+                requests: 1,
+                connections: 8,
+                concurrency: 8,
             },
         }
     }
@@ -123,6 +152,7 @@ impl Scenario {
     pub const fn unit(self, w: Workload) -> Unit {
         match self {
             Self::Download | Self::Upload => Unit::Bytes(w.bytes),
+            Self::ManyConn => Unit::Bytes(w.bytes * (w.connections * w.requests) as u64),
             Self::Rps => Unit::Elements(w.requests as u64),
             Self::Hps => Unit::Elements(w.connections as u64),
         }
@@ -146,6 +176,8 @@ impl Scenario {
         let mut c = ClientConfig::new(url, Trust::Certs(server.certificate().to_vec()));
         c.requests = w.requests;
         c.connections = w.connections;
+        c.concurrency = w.concurrency;
+        c.sockets = w.concurrency.min(16);
         c.parallel = w.requests > 1;
         c.socket = neqo_udp::Config::with_mode(mode);
         c.pacing = pacing;
@@ -376,8 +408,13 @@ mod tests {
                 let line = s.line();
                 assert!(line.contains(scenario.name()), "{line}");
                 assert!(line.contains("datagrams/syscall"), "{line}");
-                if scenario == Scenario::Hps {
+                if matches!(scenario, Scenario::Hps | Scenario::ManyConn) {
                     assert_eq!(s.server.driver.accepted, 2 * w.connections as u64);
+                }
+                if scenario == Scenario::ManyConn {
+                    // At least one run's worth at once (a run's connections may still be
+                    // draining when the next run's arrive).
+                    assert!(s.server.driver.peak_connections >= w.concurrency as u64);
                 }
                 if scenario == Scenario::Upload {
                     assert!(s.server.bytes_received >= 2 * w.bytes);

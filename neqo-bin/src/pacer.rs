@@ -2,9 +2,17 @@
 //!
 //! See "Pacing: who paces what" in the README for who paces what.
 //!
-//! The bucket holds [`QUANTUM`] of the rate (at least [`MIN_BURST`] datagrams, at most cwnd)
+//! The bucket holds a quantum of the rate (at least [`MIN_BURST`] datagrams, at most cwnd)
 //! and, in the send round of a pacing wake-up that came late, that lateness's worth too, so
-//! that late wake-ups do not cost rate. With [`PreciseTimer`] (Linux) wake-ups come only
+//! that late wake-ups do not cost rate. A connection waiting for the pacer is released when
+//! its bucket holds the quantum's worth (at least one datagram).
+//!
+//! The quantum is [`QUANTUM`] for one paced connection and grows with the connections the
+//! driver paces at once, up to [`MAX_QUANTUM`] ([`Pacer::quantum`]): each paced connection
+//! costs the driver a wake-up, a poll and a send message per release, so n connections paced
+//! at 250 us each cost n times the releases of one, in runs n times shorter at the same
+//! aggregate rate. Holding the driver to about one release per [`QUANTUM`] keeps that cost flat
+//! as connections grow, while the aggregate leaving the socket stays as smooth. With [`PreciseTimer`] (Linux) wake-ups come only
 //! microseconds late, so the bucket stays small and runs short; on tokio's timers (elsewhere)
 //! the lateness makes the bucket about a millisecond of the rate, as it must be to sustain
 //! the rate. `docs/performance.md` has the measurements.
@@ -22,8 +30,12 @@ pub const GAIN: f64 = 1.25;
 /// cap the rate below cwnd/srtt if the pacer waited on them ([`PreciseTimer`] does better).
 pub const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
 
-/// The burst the bucket holds beyond the last wake-up's lateness: this long at the rate.
+/// The burst the bucket holds beyond the last wake-up's lateness, with one connection paced:
+/// this long at the rate.
 pub const QUANTUM: Duration = Duration::from_micros(250);
+/// The longest quantum, however many connections are paced: a millisecond of the rate, as
+/// Linux sizes a TCP flow's TSO bursts (`tcp_tso_autosize`, `sk_pacing_shift` 10).
+pub const MAX_QUANTUM: Duration = Duration::from_millis(1);
 
 /// The least the bucket holds, in datagrams (as Linux's TSO autosizing and Chromium's "lumpy"
 /// pacing, two).
@@ -68,6 +80,15 @@ impl Pacer {
         }
     }
 
+    /// The quantum while `paced` connections wait for their pacers: [`QUANTUM`] each, at most
+    /// [`MAX_QUANTUM`].
+    #[must_use]
+    pub fn quantum(paced: usize) -> Duration {
+        QUANTUM
+            .saturating_mul(u32::try_from(paced.max(1)).unwrap_or(u32::MAX))
+            .min(MAX_QUANTUM)
+    }
+
     /// Bytes per second at this cwnd and rtt.
     #[must_use]
     #[expect(clippy::cast_precision_loss, reason = "rates need no exact integers")]
@@ -96,7 +117,8 @@ impl Pacer {
     }
 
     /// How many `mtu`-sized datagrams may leave now (at most [`Pacer::run_limit`]), or, when
-    /// none, the instant at which one may.
+    /// the bucket holds less than `quantum`'s worth (see [`Pacer::quantum`]), the instant at
+    /// which it will.
     #[expect(
         clippy::cast_precision_loss,
         clippy::cast_possible_truncation,
@@ -109,6 +131,7 @@ impl Pacer {
         cwnd: u64,
         rtt: Duration,
         mtu: usize,
+        quantum: Duration,
     ) -> Result<usize, Instant> {
         let rate = Self::rate(cwnd, rtt);
         let mtu_f = mtu as f64;
@@ -124,21 +147,27 @@ impl Pacer {
             Some((at, late)) if at == now => late,
             _ => Duration::ZERO,
         };
-        let capacity = (rate * (QUANTUM + late).as_secs_f64())
+        let capacity = (rate * (quantum + late).as_secs_f64())
             .min(cwnd as f64)
             .max((MIN_BURST as f64) * mtu_f);
+        let run_limit = Self::run_limit(rate, cwnd, mtu);
+        // What a release waits for: the quantum's worth, at least a datagram, at most a run.
+        let threshold = (rate * quantum.as_secs_f64())
+            .min(run_limit as f64 * mtu_f)
+            .min(capacity)
+            .max(mtu_f);
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
         self.tokens = (self.tokens + elapsed * rate).min(capacity);
         // A hair of slack for floating point: woken exactly at the release time, go.
-        if self.tokens + 1e-6 >= mtu_f {
+        if self.tokens + 1e-6 >= threshold {
             self.release = None;
-            Ok(((self.tokens / mtu_f) as usize).clamp(1, Self::run_limit(rate, cwnd, mtu)))
+            Ok(((self.tokens / mtu_f) as usize).clamp(1, run_limit))
         } else {
             // Never "now": a release time rounded down to the current instant would be refused
             // again at once, without the clock having moved.
-            let wait =
-                Duration::from_secs_f64((mtu_f - self.tokens) / rate).max(Duration::from_micros(1));
+            let wait = Duration::from_secs_f64((threshold - self.tokens) / rate)
+                .max(Duration::from_micros(1));
             let at = now + wait;
             self.release = Some(at);
             Err(at)
@@ -171,16 +200,19 @@ mod tests {
         let mut p = Pacer::new(t0);
         let rtt = Duration::from_millis(100);
         // 1.25 * 120 000 / 0.1 = 1.5 MB/s; 1200-byte datagrams every 0.8 ms.
-        let next = p.allowance(t0, 120_000, rtt, 1200).unwrap_err();
+        let next = p.allowance(t0, 120_000, rtt, 1200, QUANTUM).unwrap_err();
         assert!((next - t0).abs_diff(Duration::from_micros(800)) < Duration::from_micros(1));
         // Woken on time: one datagram.
-        assert_eq!(p.allowance(next, 120_000, rtt, 1200), Ok(1));
+        assert_eq!(p.allowance(next, 120_000, rtt, 1200, QUANTUM), Ok(1));
         p.consume(1200);
         // After 100 ms idle the bucket holds the least burst, not 100 ms of the rate.
         let later = next + Duration::from_millis(100);
-        assert_eq!(p.allowance(later, 120_000, rtt, 1200), Ok(MIN_BURST));
+        assert_eq!(
+            p.allowance(later, 120_000, rtt, 1200, QUANTUM),
+            Ok(MIN_BURST)
+        );
         p.consume(MIN_BURST * 1200);
-        assert!(p.allowance(later, 120_000, rtt, 1200).is_err());
+        assert!(p.allowance(later, 120_000, rtt, 1200, QUANTUM).is_err());
     }
 
     #[test]
@@ -193,21 +225,70 @@ mod tests {
         let mut p = Pacer::new(t0);
         let rtt = Duration::from_millis(20);
         let cwnd = (rate * rtt.as_secs_f64() / GAIN) as u64;
-        let at = p.allowance(t0, cwnd, rtt, mtu).unwrap_err();
+        let at = p.allowance(t0, cwnd, rtt, mtu, QUANTUM).unwrap_err();
         let late = at + Duration::from_millis(2);
-        assert_eq!(p.allowance(late, cwnd, rtt, mtu), Ok(BURST_DATAGRAMS));
+        assert_eq!(
+            p.allowance(late, cwnd, rtt, mtu, QUANTUM),
+            Ok(BURST_DATAGRAMS)
+        );
         // Loopback-like: cwnd 2 MB at 200 us srtt. 250 us of the rate exceeds cwnd, so runs
         // may carry what cwnd holds, up to the bucket.
         let (cwnd, rtt) = (2_000_000, Duration::from_micros(200));
         let rate = Pacer::rate(cwnd, rtt);
         assert_eq!(Pacer::run_limit(rate, cwnd, mtu), 2_000_000 / mtu);
         let mut p = Pacer::new(t0);
-        let _ = p.allowance(t0, cwnd, rtt, mtu);
+        let _ = p.allowance(t0, cwnd, rtt, mtu, QUANTUM);
         let n = p
-            .allowance(t0 + Duration::from_millis(1), cwnd, rtt, mtu)
+            .allowance(t0 + Duration::from_millis(1), cwnd, rtt, mtu, QUANTUM)
             .unwrap();
         assert!(n > BURST_DATAGRAMS, "{n}");
         assert!(n <= 2_000_000 / mtu, "{n}");
+    }
+
+    #[test]
+    fn the_quantum_grows_with_paced_connections_up_to_a_millisecond() {
+        assert_eq!(Pacer::quantum(0), QUANTUM);
+        assert_eq!(Pacer::quantum(1), QUANTUM);
+        assert_eq!(Pacer::quantum(2), 2 * QUANTUM);
+        assert_eq!(Pacer::quantum(4), MAX_QUANTUM);
+        assert_eq!(Pacer::quantum(100_000), MAX_QUANTUM);
+        assert_eq!(Pacer::quantum(usize::MAX), MAX_QUANTUM);
+    }
+
+    #[test]
+    fn a_waiting_connection_is_released_with_a_quantum_of_the_rate() {
+        // 5 MB/s (40 Mbit/s, one of 100 connections sharing 4 Gbit/s), 1250-byte datagrams.
+        let (mtu, rtt) = (1250, Duration::from_millis(20));
+        let cwnd = (5e6 * rtt.as_secs_f64() / GAIN) as u64;
+        let t0 = Instant::now();
+        for (quantum, datagrams) in [(QUANTUM, 1), (MAX_QUANTUM, 4)] {
+            let mut p = Pacer::new(t0);
+            // From an empty bucket: released once the quantum's worth is in (a datagram
+            // every 250 us; 5000 bytes, four datagrams, after 1 ms).
+            let at = p.allowance(t0, cwnd, rtt, mtu, quantum).unwrap_err();
+            let wait = (at - t0).as_secs_f64();
+            let expected = (quantum.as_secs_f64() * 5e6).max(mtu as f64) / 5e6;
+            assert!((wait - expected).abs() < 1e-5, "{quantum:?}: {wait} s");
+            assert_eq!(
+                p.allowance(at, cwnd, rtt, mtu, quantum),
+                Ok(datagrams),
+                "{quantum:?}"
+            );
+            p.consume(datagrams * mtu);
+            // Over a second the rate is the same, whatever the quantum.
+            let mut now = at;
+            let mut sent = 0;
+            while now < t0 + Duration::from_secs(1) {
+                match p.allowance(now, cwnd, rtt, mtu, quantum) {
+                    Ok(n) => {
+                        p.consume(n * mtu);
+                        sent += n;
+                    }
+                    Err(next) => now = next,
+                }
+            }
+            assert!((3990..=4000).contains(&sent), "{quantum:?}: {sent}");
+        }
     }
 
     #[test]
@@ -221,7 +302,7 @@ mod tests {
         let mut sent = 0;
         for _ in 0..100 {
             loop {
-                match p.allowance(now, 1_200_000, rtt, 1200) {
+                match p.allowance(now, 1_200_000, rtt, 1200, QUANTUM) {
                     Ok(n) => {
                         p.consume(n * 1200);
                         sent += n;

@@ -347,9 +347,9 @@ fn path_20ms_100mbit() -> Impairment {
 /// Pacing off, the bursts are what quinn-proto's own pacer and the ACK clock allow: the relay
 /// (on tokio's 1 ms timers) delivers and returns in millisecond clumps, so each clump of ACKs
 /// frees about a millisecond of the rate, 10 to 13 datagrams, sent at once. Pacing on, the
-/// driver's pacer holds 250 us of the rate plus its timer's lateness and wakes on a
-/// sub-millisecond timer, so those datagrams leave in runs of one to three spread over the
-/// millisecond.
+/// driver's pacer releases 250 us of the rate (about two datagrams here) plus its timer's
+/// lateness and wakes on a sub-millisecond timer, so those datagrams leave in runs of two to
+/// four spread over the millisecond.
 #[test]
 fn pacing_at_20ms_rtt_and_100mbit() {
     let _machine = exclusive();

@@ -19,6 +19,8 @@ pub(super) struct Conn {
     pub(super) pacer: Pacer,
     touched: bool,
     ready: bool,
+    /// Counted in [`Connections::paced`]: its pacer holds it back.
+    paced: bool,
 }
 
 impl Conn {
@@ -40,6 +42,8 @@ pub(super) struct Connections {
     live: usize,
     /// The most live at once.
     peak: usize,
+    /// Connections whose pacer holds them back (a release time pending).
+    paced: usize,
     touched: Vec<usize>,
     ready: VecDeque<usize>,
 }
@@ -51,6 +55,7 @@ impl Connections {
             slots: Vec::new(),
             live: 0,
             peak: 0,
+            paced: 0,
             touched: Vec::new(),
             ready: VecDeque::new(),
         }
@@ -105,6 +110,7 @@ impl Connections {
             pacer: Pacer::new(now),
             touched: false,
             ready: false,
+            paced: false,
         });
         self.live += 1;
         self.peak = self.peak.max(self.live);
@@ -115,7 +121,28 @@ impl Connections {
     pub(super) fn remove(&mut self, idx: usize) -> Option<Conn> {
         let c = self.slots.get_mut(idx)?.take()?;
         self.live -= 1;
+        self.paced -= usize::from(c.paced);
         Some(c)
+    }
+
+    /// Connections their pacers hold back now.
+    pub(super) const fn paced(&self) -> usize {
+        self.paced
+    }
+
+    /// Recounts a connection in [`paced`](Self::paced) after its pacer was asked.
+    pub(super) fn pacer_checked(&mut self, idx: usize) {
+        if let Some(Some(c)) = self.slots.get_mut(idx) {
+            let now = c.pacer.release().is_some();
+            if now != c.paced {
+                c.paced = now;
+                if now {
+                    self.paced += 1;
+                } else {
+                    self.paced -= 1;
+                }
+            }
+        }
     }
 
     /// Marks a connection as having events to route (something happened to it).

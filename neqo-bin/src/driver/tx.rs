@@ -5,7 +5,7 @@
 use std::{io, time::Instant};
 
 use super::{Driver, rx::header};
-use crate::pacer::BURST_DATAGRAMS;
+use crate::pacer::{BURST_DATAGRAMS, Pacer};
 
 impl Driver {
     /// Polls ready connections for transmits and flushes them, until nothing more goes.
@@ -48,6 +48,7 @@ impl Driver {
     /// or must wait for its pacer, leaves it until its next event or wake-up.
     fn generate_round(&mut self, now: Instant) -> bool {
         let mut produced = false;
+        let quantum = Pacer::quantum(self.conns.paced());
         for _ in 0..self.conns.ready_len() {
             let Some(idx) = self.conns.pop_ready() else {
                 break;
@@ -70,7 +71,9 @@ impl Driver {
                 max = max.min(BURST_DATAGRAMS);
             } else if self.pacing {
                 let window = c.conn.congestion_state().window();
-                match c.pacer.allowance(now, window, c.conn.rtt(), mtu) {
+                let allowed = c.pacer.allowance(now, window, c.conn.rtt(), mtu, quantum);
+                self.conns.pacer_checked(idx);
+                match allowed {
                     Ok(n) => max = max.min(n),
                     Err(_) => {
                         self.counters.paced_waits += 1;
@@ -79,6 +82,10 @@ impl Driver {
                     }
                 }
             }
+            let Some(c) = self.conns.get_mut(idx) else {
+                continue;
+            };
+            let path = &mut self.paths[c.path];
             let mut buf = path.queue.take_buffer();
             if let Some(t) = c.conn.poll_transmit(now, max, &mut buf) {
                 if self.pacing {

@@ -3,6 +3,10 @@
 //!
 //! `cargo run --release -p benches --bin compare -- [--runs N] [--bytes B] [--no-build]`
 //!
+//! With `--curve [--concurrency 1,10,100,1000]` it runs the many-connection curve instead
+//! (`curve.rs`): the same load from `neqo-client --concurrency C` against neqo-server and
+//! the msquic server, server CPU per GB, Gbit/s, latency and memory for each C.
+//!
 //! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin, and
 //! `msquic-peer` with its `msquic` feature) and says which pairs it skipped
 //! and why.
@@ -17,6 +21,8 @@ use std::{
     process::{Command, ExitCode},
     time::Duration,
 };
+
+mod curve;
 
 use test_fixtures::{BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, Server, cargo_build, release_binary, run};
 
@@ -119,17 +125,38 @@ const PAIRS: &[Pair] = &[
 ];
 
 struct Args {
-    runs: usize,
-    bytes: u64,
+    runs: Option<usize>,
+    bytes: Option<u64>,
     build: bool,
+    /// The many-connection curve at these concurrencies, instead of the pairs.
+    curve: Option<Vec<u64>>,
+}
+
+/// The curve's concurrencies unless `--concurrency` says otherwise.
+const CURVE_LEVELS: [u64; 4] = [1, 10, 100, 1000];
+/// Most connections the curve opens at once (neqo-client's own limit).
+const MAX_LEVEL: u64 = 100_000;
+
+fn parse_levels(v: &str) -> Result<Vec<u64>, String> {
+    v.split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_LEVEL).contains(n))
+                .ok_or_else(|| format!("--concurrency: expected 1..={MAX_LEVEL} each, got {c:?}"))
+        })
+        .collect()
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
-        runs: 5,
-        bytes: 134_217_728,
+        runs: None,
+        bytes: None,
         build: true,
+        curve: None,
     };
+    let mut levels = None;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
@@ -140,6 +167,7 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .ok()
                     .filter(|n| (1..=1000).contains(n))
+                    .map(Some)
                     .ok_or_else(|| format!("--runs: expected 1..=1000, got {v}"))?;
             }
             "--bytes" => {
@@ -148,15 +176,25 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .ok()
                     .filter(|n| *n > 0)
+                    .map(Some)
                     .ok_or_else(|| format!("--bytes: expected a positive number, got {v}"))?;
             }
             "--no-build" => a.build = false,
+            "--curve" => a.curve = Some(CURVE_LEVELS.to_vec()),
+            "--concurrency" => levels = Some(parse_levels(&value("--concurrency")?)?),
             "-h" | "--help" => {
-                println!("usage: compare [--runs N] [--bytes B] [--no-build]");
+                println!(
+                    "usage: compare [--runs N] [--bytes B] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--runs N] [--bytes B] [--no-build]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
+    }
+    match (levels, &mut a.curve) {
+        (Some(l), Some(c)) => *c = l,
+        (Some(_), None) => return Err("--concurrency: only with --curve".to_owned()),
+        (None, _) => {}
     }
     Ok(a)
 }
@@ -362,12 +400,23 @@ fn main() -> ExitCode {
         }
     };
     let peers = prepare(args.build);
+    if let Some(levels) = &args.curve {
+        let bytes = args.bytes.unwrap_or(256 << 20);
+        let failed = curve::curve(&peers, levels, bytes, args.runs.unwrap_or(3));
+        if failed > 0 {
+            eprintln!("compare: {failed} point(s) failed");
+            return ExitCode::FAILURE;
+        }
+        return ExitCode::SUCCESS;
+    }
+    let runs = args.runs.unwrap_or(5);
+    let bytes = args.bytes.unwrap_or(134_217_728);
     let mut out = String::new();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let _ = writeln!(
         out,
         "Transfer of {} bytes over loopback, {} run(s) per pair; client and server share {cores} cores.\n",
-        args.bytes, args.runs
+        bytes, runs
     );
     let _ = writeln!(
         out,
@@ -405,9 +454,9 @@ fn main() -> ExitCode {
             continue;
         }
         let mut row = Row::default();
-        for run in 0..args.runs {
-            eprintln!("{} run {}/{}", pair.label(), run + 1, args.runs);
-            if let Err(e) = one_run((index, pair), args.bytes, &mut row) {
+        for run in 0..runs {
+            eprintln!("{} run {}/{}", pair.label(), run + 1, runs);
+            if let Err(e) = one_run((index, pair), bytes, &mut row) {
                 row.failure = Some(e);
                 break;
             }
