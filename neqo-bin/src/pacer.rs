@@ -2,17 +2,20 @@
 //!
 //! See "Pacing: who paces what" in the README for who paces what.
 //!
-//! The bucket holds a quantum of the rate (at least [`MIN_BURST`] datagrams, at most cwnd)
+//! The bucket holds [`QUANTUM`] of the rate (at least [`MIN_BURST`] datagrams, at most cwnd)
 //! and, in the send round of a pacing wake-up that came late, that lateness's worth too, so
 //! that late wake-ups do not cost rate. A connection waiting for the pacer is released when
-//! its bucket holds the quantum's worth (at least one datagram).
+//! its bucket holds a release's worth ([`Pacer::release_wait`]): [`QUANTUM`] of the rate per
+//! connection the driver paces at once, at least a datagram, at most a run
+//! ([`Pacer::run_limit`]: [`BURST_DATAGRAMS`] at modest rates).
 //!
-//! The quantum is [`QUANTUM`] for one paced connection and grows with the connections the
-//! driver paces at once, up to [`MAX_QUANTUM`] ([`Pacer::quantum`]): each paced connection
-//! costs the driver a wake-up, a poll and a send message per release, so n connections paced
-//! at 250 us each cost n times the releases of one, in runs n times shorter at the same
-//! aggregate rate. Holding the driver to about one release per [`QUANTUM`] keeps that cost flat
-//! as connections grow, while the aggregate leaving the socket stays as smooth. With [`PreciseTimer`] (Linux) wake-ups come only
+//! One paced connection is released every 250 us. Each release costs the driver a wake-up, a
+//! poll and a send message, so n connections released every 250 us each would cost n times
+//! the releases of one, in runs n times shorter at the same aggregate rate (at 1000
+//! connections, one datagram each). Waiting for n times the quantum holds the driver to
+//! about one release per [`QUANTUM`] whatever the number of connections, while the aggregate
+//! leaving the socket stays as smooth; no connection bursts more than a run. With
+//! [`PreciseTimer`] (Linux) wake-ups come only
 //! microseconds late, so the bucket stays small and runs short; on tokio's timers (elsewhere)
 //! the lateness makes the bucket about a millisecond of the rate, as it must be to sustain
 //! the rate. `docs/performance.md` has the measurements.
@@ -30,12 +33,8 @@ pub const GAIN: f64 = 1.25;
 /// cap the rate below cwnd/srtt if the pacer waited on them ([`PreciseTimer`] does better).
 pub const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
 
-/// The burst the bucket holds beyond the last wake-up's lateness, with one connection paced:
-/// this long at the rate.
+/// The burst the bucket holds beyond the last wake-up's lateness: this long at the rate.
 pub const QUANTUM: Duration = Duration::from_micros(250);
-/// The longest quantum, however many connections are paced: a millisecond of the rate, as
-/// Linux sizes a TCP flow's TSO bursts (`tcp_tso_autosize`, `sk_pacing_shift` 10).
-pub const MAX_QUANTUM: Duration = Duration::from_millis(1);
 
 /// The least the bucket holds, in datagrams (as Linux's TSO autosizing and Chromium's "lumpy"
 /// pacing, two).
@@ -80,13 +79,11 @@ impl Pacer {
         }
     }
 
-    /// The quantum while `paced` connections wait for their pacers: [`QUANTUM`] each, at most
-    /// [`MAX_QUANTUM`].
+    /// How much of the rate a waiting connection waits for while `paced` connections wait
+    /// for their pacers: [`QUANTUM`] each (the release is also bounded by a run).
     #[must_use]
-    pub fn quantum(paced: usize) -> Duration {
-        QUANTUM
-            .saturating_mul(u32::try_from(paced.max(1)).unwrap_or(u32::MAX))
-            .min(MAX_QUANTUM)
+    pub fn release_wait(paced: usize) -> Duration {
+        QUANTUM.saturating_mul(u32::try_from(paced.max(1)).unwrap_or(u32::MAX))
     }
 
     /// Bytes per second at this cwnd and rtt.
@@ -117,8 +114,8 @@ impl Pacer {
     }
 
     /// How many `mtu`-sized datagrams may leave now (at most [`Pacer::run_limit`]), or, when
-    /// the bucket holds less than `quantum`'s worth (see [`Pacer::quantum`]), the instant at
-    /// which it will.
+    /// the bucket holds less than a release (`wait` of the rate, at least a datagram, at most
+    /// a run; see [`Pacer::release_wait`]), the instant at which it will.
     #[expect(
         clippy::cast_precision_loss,
         clippy::cast_possible_truncation,
@@ -131,7 +128,7 @@ impl Pacer {
         cwnd: u64,
         rtt: Duration,
         mtu: usize,
-        quantum: Duration,
+        wait: Duration,
     ) -> Result<usize, Instant> {
         let rate = Self::rate(cwnd, rtt);
         let mtu_f = mtu as f64;
@@ -147,28 +144,31 @@ impl Pacer {
             Some((at, late)) if at == now => late,
             _ => Duration::ZERO,
         };
-        let capacity = (rate * (quantum + late).as_secs_f64())
-            .min(cwnd as f64)
-            .max((MIN_BURST as f64) * mtu_f);
         let run_limit = Self::run_limit(rate, cwnd, mtu);
-        // What a release waits for: the quantum's worth, at least a datagram, at most a run.
-        let threshold = (rate * quantum.as_secs_f64())
+        let cwnd_f = cwnd as f64;
+        // What a release waits for: `wait` of the rate, at least a datagram, at most a run.
+        let due = (rate * wait.as_secs_f64())
             .min(run_limit as f64 * mtu_f)
-            .min(capacity)
+            .min(cwnd_f)
             .max(mtu_f);
+        let capacity = (rate * (QUANTUM + late).as_secs_f64())
+            .max(due)
+            .min(cwnd_f)
+            .max((MIN_BURST as f64) * mtu_f);
+        let due = due.min(capacity);
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
         self.tokens = (self.tokens + elapsed * rate).min(capacity);
         // A hair of slack for floating point: woken exactly at the release time, go.
-        if self.tokens + 1e-6 >= threshold {
+        if self.tokens + 1e-6 >= due {
             self.release = None;
             Ok(((self.tokens / mtu_f) as usize).clamp(1, run_limit))
         } else {
             // Never "now": a release time rounded down to the current instant would be refused
             // again at once, without the clock having moved.
-            let wait = Duration::from_secs_f64((threshold - self.tokens) / rate)
-                .max(Duration::from_micros(1));
-            let at = now + wait;
+            let until =
+                Duration::from_secs_f64((due - self.tokens) / rate).max(Duration::from_micros(1));
+            let at = now + until;
             self.release = Some(at);
             Err(at)
         }
@@ -246,48 +246,56 @@ mod tests {
     }
 
     #[test]
-    fn the_quantum_grows_with_paced_connections_up_to_a_millisecond() {
-        assert_eq!(Pacer::quantum(0), QUANTUM);
-        assert_eq!(Pacer::quantum(1), QUANTUM);
-        assert_eq!(Pacer::quantum(2), 2 * QUANTUM);
-        assert_eq!(Pacer::quantum(4), MAX_QUANTUM);
-        assert_eq!(Pacer::quantum(100_000), MAX_QUANTUM);
-        assert_eq!(Pacer::quantum(usize::MAX), MAX_QUANTUM);
+    fn the_release_wait_grows_with_paced_connections() {
+        assert_eq!(Pacer::release_wait(0), QUANTUM);
+        assert_eq!(Pacer::release_wait(1), QUANTUM);
+        assert_eq!(Pacer::release_wait(4), 4 * QUANTUM);
+        assert_eq!(Pacer::release_wait(1000), 1000 * QUANTUM);
+        assert_eq!(
+            Pacer::release_wait(usize::MAX),
+            QUANTUM.saturating_mul(u32::MAX)
+        );
     }
 
     #[test]
-    fn a_waiting_connection_is_released_with_a_quantum_of_the_rate() {
+    fn a_waiting_connection_is_released_with_its_share_of_the_rate_at_most_a_run() {
         // 5 MB/s (40 Mbit/s, one of 100 connections sharing 4 Gbit/s), 1250-byte datagrams.
         let (mtu, rtt) = (1250, Duration::from_millis(20));
         let cwnd = (5e6 * rtt.as_secs_f64() / GAIN) as u64;
         let t0 = Instant::now();
-        for (quantum, datagrams) in [(QUANTUM, 1), (MAX_QUANTUM, 4)] {
+        // Alone: a datagram every 250 us. Four paced: 1 ms, four datagrams. A thousand: a
+        // run of ten (2.5 ms of the rate), not 250 ms of it.
+        for (paced, datagrams) in [(1, 1), (4, 4), (1000, BURST_DATAGRAMS)] {
+            let wait = Pacer::release_wait(paced);
             let mut p = Pacer::new(t0);
-            // From an empty bucket: released once the quantum's worth is in (a datagram
-            // every 250 us; 5000 bytes, four datagrams, after 1 ms).
-            let at = p.allowance(t0, cwnd, rtt, mtu, quantum).unwrap_err();
-            let wait = (at - t0).as_secs_f64();
-            let expected = (quantum.as_secs_f64() * 5e6).max(mtu as f64) / 5e6;
-            assert!((wait - expected).abs() < 1e-5, "{quantum:?}: {wait} s");
+            let at = p.allowance(t0, cwnd, rtt, mtu, wait).unwrap_err();
+            let waited = (at - t0).as_secs_f64();
+            let expected = (datagrams * mtu) as f64 / 5e6;
+            assert!((waited - expected).abs() < 1e-5, "{paced}: {waited} s");
             assert_eq!(
-                p.allowance(at, cwnd, rtt, mtu, quantum),
+                p.allowance(at, cwnd, rtt, mtu, wait),
                 Ok(datagrams),
-                "{quantum:?}"
+                "{paced}"
             );
             p.consume(datagrams * mtu);
-            // Over a second the rate is the same, whatever the quantum.
+            // Over a second the rate is the same, however many connections are paced.
             let mut now = at;
             let mut sent = 0;
             while now < t0 + Duration::from_secs(1) {
-                match p.allowance(now, cwnd, rtt, mtu, quantum) {
+                match p.allowance(now, cwnd, rtt, mtu, wait) {
                     Ok(n) => {
+                        assert!(n <= datagrams, "{paced}: a run of {n}");
                         p.consume(n * mtu);
                         sent += n;
                     }
                     Err(next) => now = next,
                 }
             }
-            assert!((3990..=4000).contains(&sent), "{quantum:?}: {sent}");
+            // 4000 datagrams in the second, less the last release or two cut off at its end.
+            assert!(
+                (4000 - 2 * datagrams..=4000).contains(&sent),
+                "{paced}: {sent}"
+            );
         }
     }
 

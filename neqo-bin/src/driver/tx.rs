@@ -48,7 +48,7 @@ impl Driver {
     /// or must wait for its pacer, leaves it until its next event or wake-up.
     fn generate_round(&mut self, now: Instant) -> bool {
         let mut produced = false;
-        let quantum = Pacer::quantum(self.conns.paced());
+        let wait = Pacer::release_wait(self.conns.paced());
         for _ in 0..self.conns.ready_len() {
             let Some(idx) = self.conns.pop_ready() else {
                 break;
@@ -71,7 +71,7 @@ impl Driver {
                 max = max.min(BURST_DATAGRAMS);
             } else if self.pacing {
                 let window = c.conn.congestion_state().window();
-                let allowed = c.pacer.allowance(now, window, c.conn.rtt(), mtu, quantum);
+                let allowed = c.pacer.allowance(now, window, c.conn.rtt(), mtu, wait);
                 self.conns.pacer_checked(idx);
                 match allowed {
                     Ok(n) => max = max.min(n),
