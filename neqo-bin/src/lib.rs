@@ -23,3 +23,4 @@ pub mod precise_timer;
 pub mod report;
 pub mod server;
 pub mod tls;
+pub mod tls_counters;

@@ -6,6 +6,7 @@ use std::{
     time::Duration,
 };
 
+use crate::tls_counters::{self, CountingServer, CountingStore};
 use anyhow::{Context as _, bail};
 use quinn_proto::{
     IdleTimeout, TransportConfig, VarInt,
@@ -194,20 +195,45 @@ pub fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-/// ring with TLS 1.3's mandatory AES-128-GCM-SHA256 preferred. ring's default order puts
-/// AES-256-GCM-SHA384 first: 14 AES rounds instead of 10 on every packet, and SHA-384 (no
-/// SHA extensions on x86) for the handshake's transcript and key schedule. Every suite stays
-/// offered, so peers preferring another still get it.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    use rustls::crypto::ring::cipher_suite;
+/// A TLS 1.3 cipher suite a client may offer (`--cipher-suite`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum CipherSuite {
+    /// `TLS_AES_128_GCM_SHA256`.
+    Aes128gcm,
+    /// `TLS_AES_256_GCM_SHA384`.
+    Aes256gcm,
+    /// `TLS_CHACHA20_POLY1305_SHA256`.
+    Chacha20,
+}
+
+impl CipherSuite {
+    /// All three, in the order offered: TLS 1.3's mandatory AES-128-GCM-SHA256 first. ring's
+    /// default order puts AES-256-GCM-SHA384 first: 14 AES rounds instead of 10 on every
+    /// packet, and SHA-384 (no SHA extensions on x86) for the handshake's transcript and key
+    /// schedule. Every suite stays offered, so peers preferring another still get it.
+    pub const ALL: [Self; 3] = [Self::Aes128gcm, Self::Aes256gcm, Self::Chacha20];
+
+    fn rustls(self) -> rustls::SupportedCipherSuite {
+        use rustls::crypto::ring::cipher_suite;
+        match self {
+            Self::Aes128gcm => cipher_suite::TLS13_AES_128_GCM_SHA256,
+            Self::Aes256gcm => cipher_suite::TLS13_AES_256_GCM_SHA384,
+            Self::Chacha20 => cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+        }
+    }
+}
+
+/// ring offering `suites`, in that order.
+fn provider_with(suites: &[CipherSuite]) -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::CryptoProvider {
-        cipher_suites: vec![
-            cipher_suite::TLS13_AES_128_GCM_SHA256,
-            cipher_suite::TLS13_AES_256_GCM_SHA384,
-            cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
-        ],
+        cipher_suites: suites.iter().map(|s| s.rustls()).collect(),
         ..rustls::crypto::ring::default_provider()
     })
+}
+
+/// ring with every suite, in [`CipherSuite::ALL`]'s order.
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    provider_with(&CipherSuite::ALL)
 }
 
 /// SSLKEYLOGFILE, when set.
@@ -223,7 +249,7 @@ fn key_log() -> Option<Arc<dyn rustls::KeyLog>> {
 pub fn server_crypto(
     identity: &Identity,
     alpns: &[String],
-) -> anyhow::Result<Arc<QuicServerConfig>> {
+) -> anyhow::Result<Arc<dyn quinn_proto::crypto::ServerConfig>> {
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
@@ -231,10 +257,14 @@ pub fn server_crypto(
         .context("certificate and key do not fit together")?;
     tls.alpn_protocols = alpns.iter().map(|a| a.as_bytes().to_vec()).collect();
     tls.max_early_data_size = u32::MAX;
+    // Counted, so that the report says how many clients resumed.
+    tls.session_storage = Arc::new(CountingStore(tls.session_storage.clone()));
     if let Some(k) = key_log() {
         tls.key_log = k;
     }
-    Ok(Arc::new(QuicServerConfig::try_from(tls)?))
+    Ok(Arc::new(CountingServer(Arc::new(
+        QuicServerConfig::try_from(tls)?,
+    ))))
 }
 
 /// Whom the client trusts.
@@ -249,18 +279,31 @@ pub enum Trust {
     Certs(Vec<CertificateDer<'static>>),
 }
 
-/// A QUIC client crypto config asking for `alpn`.
+/// A QUIC client crypto config asking for `alpn`, offering every cipher suite.
 ///
 /// # Errors
 /// A CA certificate rustls rejects.
 pub fn client_crypto(trust: &Trust, alpn: &str) -> anyhow::Result<Arc<QuicClientConfig>> {
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
+    client_crypto_with(trust, alpn, &CipherSuite::ALL)
+}
+
+/// A QUIC client crypto config asking for `alpn` and offering only `suites`.
+///
+/// # Errors
+/// A CA certificate rustls rejects, or no suite.
+pub fn client_crypto_with(
+    trust: &Trust,
+    alpn: &str,
+    suites: &[CipherSuite],
+) -> anyhow::Result<Arc<QuicClientConfig>> {
+    if suites.is_empty() {
+        bail!("no cipher suite to offer");
+    }
+    let provider = provider_with(suites);
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])?;
-    let mut tls = match trust {
-        Trust::Insecure => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
-            .with_no_client_auth(),
+    let verifier: Arc<dyn ServerCertVerifier> = match trust {
+        Trust::Insecure => Arc::new(NoVerify(provider)),
         Trust::Nobody | Trust::Certs(_) => {
             let mut roots = rustls::RootCertStore::empty();
             if let Trust::Certs(certs) = trust {
@@ -268,15 +311,73 @@ pub fn client_crypto(trust: &Trust, alpn: &str) -> anyhow::Result<Arc<QuicClient
                     roots.add(c.clone()).context("adding a CA certificate")?;
                 }
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .context("building the certificate verifier")?
         }
     };
+    // Counted: a resumed handshake has no certificate to verify.
+    let mut tls = builder
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(CountingVerifier(verifier)))
+        .with_no_client_auth();
     tls.alpn_protocols = vec![alpn.as_bytes().to_vec()];
     tls.enable_early_data = true;
     if let Some(k) = key_log() {
         tls.key_log = k;
     }
-    Ok(Arc::new(QuicClientConfig::try_from(tls)?))
+    // The Initial packets are protected with AES-128-GCM whatever the suites offered
+    // (RFC 9001 section 5.2), so that suite is named separately for them.
+    let initial = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
+        .tls13()
+        .and_then(rustls::Tls13CipherSuite::quic_suite)
+        .context("ring has no QUIC AES-128-GCM suite")?;
+    Ok(Arc::new(QuicClientConfig::with_initial(
+        Arc::new(tls),
+        initial,
+    )?))
+}
+
+/// Counts the certificates verified, i.e. the full handshakes
+/// ([`TlsCounters::full_handshakes`](crate::tls_counters::TlsCounters::full_handshakes)).
+#[derive(Debug)]
+struct CountingVerifier(Arc<dyn ServerCertVerifier>);
+
+impl ServerCertVerifier for CountingVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        tls_counters::count_full_handshake();
+        self.0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
 }
 
 #[derive(Debug)]

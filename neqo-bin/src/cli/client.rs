@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     client::{self, ClientConfig},
-    tls::{ALPN_HQ, ALPN_PERF, Trust},
+    tls::{ALPN_HQ, ALPN_PERF, CipherSuite, Trust},
 };
 
 /// `neqo-client` flags.
@@ -64,6 +64,14 @@ pub struct ClientArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// TLS 1.3 cipher suites to offer, in order (repeatable or comma separated; default all,
+    /// AES-128-GCM first).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub cipher_suite: Vec<CipherSuite>,
+    /// Update each connection's keys once, early: as soon as the handshake is confirmed and
+    /// the first response data arrives.
+    #[arg(long)]
+    pub key_update: bool,
     #[command(flatten)]
     pub io: IoArgs,
 }
@@ -204,6 +212,12 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
         pacing: !args.io.no_pacing,
         pacing_timer: args.io.pacing_timer,
         progress: !args.no_progress,
+        cipher_suites: if args.cipher_suite.is_empty() {
+            CipherSuite::ALL.to_vec()
+        } else {
+            args.cipher_suite.clone()
+        },
+        key_update: args.key_update,
     };
     // Ctrl-C (or SIGTERM) cancels what is still open and closes the connection.
     let report = tokio::runtime::Builder::new_current_thread()

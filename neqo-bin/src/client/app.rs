@@ -18,6 +18,7 @@ use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamI
 
 use super::{
     ClientConfig, ClientReport,
+    keys::KeyUpdate,
     load::{self, Latencies},
     output::{Output, WriteDone},
     progress::Progress,
@@ -30,6 +31,7 @@ use crate::{
     hq::{self, Target},
     idmap::IdMap,
     pattern, perf, tls,
+    tls_counters::CountingClient,
 };
 
 #[derive(Debug)]
@@ -100,11 +102,24 @@ struct Open {
     bytes: u64,
     /// All its requests are done and it is closed.
     closed: bool,
+    key_update: KeyUpdate,
 }
 
 impl Open {
     fn outstanding(&self) -> usize {
         self.queue.len() + self.streams.len()
+    }
+
+    /// The server refused our 0-RTT: quinn-proto dropped the streams opened in it, so their
+    /// requests (none can have completed, no response comes before the handshake) are made
+    /// again.
+    fn zero_rtt_rejected(&mut self, s: &mut Shared) {
+        for (_, req) in self.streams.drain() {
+            if let Some(out) = &req.output {
+                s.saved.remove(out.path());
+            }
+        }
+        self.queue = (0..s.requests.len()).collect();
     }
 
     fn open_streams(&mut self, s: &mut Shared, conn: &mut Connection, now: Instant) {
@@ -448,7 +463,8 @@ impl ClientApp {
         let path = self.started % self.sockets;
         self.started += 1;
         let s = &mut self.shared;
-        let mut cc = quinn_proto::ClientConfig::new(self.crypto.clone());
+        // Counted: Retries, 0-RTT and key updates go into the report's `tls`.
+        let mut cc = quinn_proto::ClientConfig::new(CountingClient::wrap(self.crypto.clone()));
         let label = tls::qlog_label("client");
         match s.config.transport.transport(&label) {
             Ok(t) => {
@@ -464,16 +480,22 @@ impl ClientApp {
             Ok(ch) => {
                 self.first_connect.get_or_insert(now);
                 s.report.peak_concurrency = s.report.peak_concurrency.max(self.open.len() + 1);
-                self.open.insert(
-                    ch,
-                    Open {
-                        opened: now,
-                        queue: (0..s.requests.len()).collect(),
-                        streams: IdMap::default(),
-                        bytes: 0,
-                        closed: false,
-                    },
-                );
+                let mut open = Open {
+                    opened: now,
+                    queue: (0..s.requests.len()).collect(),
+                    streams: IdMap::default(),
+                    bytes: 0,
+                    closed: false,
+                    key_update: KeyUpdate::new(s.config.key_update),
+                };
+                // A session ticket that allows 0-RTT: the requests go out in it, before the
+                // handshake completes (and again after it, should the server refuse them).
+                driver.update(ch, |conn| {
+                    if conn.has_0rtt() {
+                        open.open_streams(s, conn, now);
+                    }
+                });
+                self.open.insert(ch, open);
             }
             Err(e) => {
                 s.fail(format!("cannot connect to {}: {e}", self.remote));
@@ -500,12 +522,18 @@ impl Application for ClientApp {
             Event::Connected => {
                 s.handshakes
                     .record(now.saturating_duration_since(open.opened));
+                if conn.has_0rtt() && !conn.accepted_0rtt() {
+                    open.zero_rtt_rejected(s);
+                }
                 open.open_streams(s, conn, now);
             }
             Event::Stream(StreamEvent::Available { dir: Dir::Bi }) => {
                 open.open_streams(s, conn, now);
             }
-            Event::Stream(StreamEvent::Readable { id }) => open.read(s, ch, conn, id, now),
+            Event::Stream(StreamEvent::Readable { id }) => {
+                open.key_update.poll(conn);
+                open.read(s, ch, conn, id, now);
+            }
             Event::Stream(StreamEvent::Writable { id }) => open.pump(s, conn, id),
             Event::Stream(StreamEvent::Stopped { id, error_code }) => {
                 // RFC 9000 section 3.5: answered with RESET_STREAM if the request is still

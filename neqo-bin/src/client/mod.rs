@@ -2,10 +2,12 @@
 //!
 //! - [`run`], [`run_report`], [`run_async`]: a client run to completion.
 //! - `app`: the [`Application`](crate::driver::Application) making the requests.
+//! - `keys`: the early key update (`--key-update`).
 //! - `output`: `--output-dir` bodies, written off the driver thread ([`crate::disk`]).
 //! - [`ClientReport`]: what it did.
 
 mod app;
+mod keys;
 mod load;
 mod output;
 mod progress;
@@ -66,6 +68,11 @@ pub struct ClientConfig {
     pub pacing_timer: crate::pacer::PacingTimer,
     /// Show a progress bar on a terminal (for transfers longer than a second).
     pub progress: bool,
+    /// The TLS 1.3 cipher suites to offer, in order.
+    pub cipher_suites: Vec<tls::CipherSuite>,
+    /// Update the keys of each connection once, as soon as the handshake is confirmed and a
+    /// response has begun to arrive ([`keys`]).
+    pub key_update: bool,
 }
 
 impl Default for ClientConfig {
@@ -88,6 +95,8 @@ impl Default for ClientConfig {
             pacing: true,
             pacing_timer: crate::pacer::PacingTimer::default(),
             progress: false,
+            cipher_suites: tls::CipherSuite::ALL.to_vec(),
+            key_update: false,
         }
     }
 }
@@ -199,7 +208,7 @@ pub async fn run_until(
         })
         .await??;
     }
-    let crypto = tls::client_crypto(&config.trust, &config.alpn)?;
+    let crypto = tls::client_crypto_with(&config.trust, &config.alpn, &config.cipher_suites)?;
     let local: SocketAddr = if remote.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {

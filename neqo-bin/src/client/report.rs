@@ -57,6 +57,9 @@ pub struct ClientReport {
     pub io: String,
     /// Driver counters (transmits, pacing waits, wake-ups).
     pub driver: crate::driver::DriverCounters,
+    /// What the handshakes did: Retries, full handshakes (the rest resumed), 0-RTT, key
+    /// updates.
+    pub tls: crate::tls_counters::TlsCounters,
     /// What went wrong, one message each.
     pub errors: Vec<String>,
     /// Socket statistics.
@@ -122,6 +125,7 @@ impl ClientReport {
         self.kernel_drops = s.kernel_drops;
         self.pacing = driver.pacing();
         self.driver = driver.counters();
+        self.tls = crate::tls_counters::snapshot();
         self.io = io;
         if let (Some(a), Some(b)) = (first_connect, last_fin) {
             self.seconds = b.saturating_duration_since(a).as_secs_f64();

@@ -28,4 +28,37 @@ pub struct DriverCounters {
     pub timer_wakes: u64,
     /// The timer the pacer waits on; `None` with pacing off.
     pub pacing_timer: Option<crate::pacer::PacingTimer>,
+    /// Datagrams queued for the sockets, by the ECN codepoint quinn-proto asked for.
+    pub tx_ecn: EcnCounts,
+    /// Datagrams received, by the ECN codepoint the socket reported.
+    pub rx_ecn: EcnCounts,
+}
+
+/// Datagrams by ECN codepoint. quinn-proto marks every packet ECT(0) until an ACK arrives
+/// without ECN counts or with counts that do not add up, and then stops for the path; so a
+/// sender whose datagrams are all ECT(0) (but for the unmarked probes of a path change) has
+/// had its marks counted back by the peer's ACK_ECN frames.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct EcnCounts {
+    /// Not ECN-capable.
+    pub not_ect: u64,
+    /// ECT(0).
+    pub ect0: u64,
+    /// ECT(1).
+    pub ect1: u64,
+    /// Congestion experienced.
+    pub ce: u64,
+}
+
+impl EcnCounts {
+    /// Counts `datagrams` marked `ecn`.
+    pub(super) fn add(&mut self, ecn: Option<quinn_proto::EcnCodepoint>, datagrams: u64) {
+        let slot = match ecn {
+            None => &mut self.not_ect,
+            Some(quinn_proto::EcnCodepoint::Ect0) => &mut self.ect0,
+            Some(quinn_proto::EcnCodepoint::Ect1) => &mut self.ect1,
+            Some(quinn_proto::EcnCodepoint::Ce) => &mut self.ce,
+        };
+        *slot += datagrams;
+    }
 }

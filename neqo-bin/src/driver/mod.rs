@@ -46,7 +46,7 @@ use std::{
 };
 
 pub use application::{Admission, Application};
-pub use counters::DriverCounters;
+pub use counters::{DriverCounters, EcnCounts};
 pub use datapath::{Datapath, SocketDatapath};
 use neqo_udp::{Datagram, Socket, Stats, TxQueue};
 use quinn_proto::{

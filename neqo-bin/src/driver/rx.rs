@@ -62,6 +62,7 @@ impl Driver {
         let ecn = d
             .ecn
             .and_then(|e| quinn_proto::EcnCodepoint::from_bits(e.bits()));
+        self.counters.rx_ecn.add(ecn, 1);
         let event = self
             .conns
             .endpoint
@@ -122,6 +123,7 @@ impl Driver {
         match response {
             Some(t) => {
                 buf.truncate(t.size);
+                self.counters.tx_ecn.add(t.ecn, 1);
                 queue.push(buf, header(&t));
             }
             None => queue.recycle(buf),

@@ -94,6 +94,7 @@ impl Driver {
                 buf.truncate(t.size);
                 let datagrams = t.segment_size.map_or(1, |s| t.size.div_ceil(s)) as u64;
                 self.counters.transmits += 1;
+                self.counters.tx_ecn.add(t.ecn, datagrams);
                 self.counters.max_transmit_datagrams =
                     self.counters.max_transmit_datagrams.max(datagrams);
                 path.queue.push(buf, header(&t));

@@ -37,6 +37,9 @@ pub struct ServerReport {
     /// Connections open (accepted, not yet drained) when the report was made. The server's
     /// per-connection state lives no longer than the driver's connection, so 0 means none.
     pub open_connections: u64,
+    /// What the handshakes did: tickets redeemed (resumptions), 0-RTT accepted, key
+    /// updates.
+    pub tls: crate::tls_counters::TlsCounters,
     /// Socket statistics.
     #[serde(serialize_with = "crate::report::serialize_stats")]
     pub socket: neqo_udp::Stats,
@@ -77,6 +80,7 @@ impl ServerReport {
         self.tx_datagrams_per_syscall = s.tx.datagrams_per_syscall();
         self.kernel_drops = s.kernel_drops;
         self.driver = driver.counters();
+        self.tls = crate::tls_counters::snapshot();
         self.open_connections = driver.open_connections() as u64;
         self.lost_packets = self.driver.lost_packets + live_lost;
     }
