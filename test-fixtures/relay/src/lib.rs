@@ -43,6 +43,39 @@ pub struct RelayConfig {
     pub io: neqo_udp::Config,
     /// A client silent this long loses its upstream socket.
     pub session_idle: Duration,
+    /// Drops every datagram, both ways, from `.0` after the first client datagram, for `.1`:
+    /// a path that goes dark and comes back.
+    pub blackhole: Option<(Duration, Duration)>,
+    /// Every so often (from the first client datagram), each client gets a new upstream
+    /// socket, as a NAT rebinding it: the server sees the client's address change.
+    pub rebind: Option<Rebind>,
+}
+
+/// The relay rebinding its clients (see [`RelayConfig::rebind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rebind {
+    /// How often.
+    pub every: Duration,
+    /// A new port only (`false`), or a new IP address too (`true`: the next of 127.0.0.2 to
+    /// 127.0.0.254, so an IPv4 loopback server only).
+    pub addr: bool,
+}
+
+/// The client's side of a session after `rebinds` rebindings: a new port, and with
+/// [`Rebind::addr`] a new loopback address.
+fn rebound_addr(upstream: SocketAddr, rebind: Rebind, rebinds: u64) -> io::Result<SocketAddr> {
+    if !rebind.addr {
+        return Ok(upstream_bind_addr(upstream));
+    }
+    if !matches!(upstream.ip(), IpAddr::V4(ip) if ip.is_loopback()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "address rebinding needs an IPv4 loopback server",
+        ));
+    }
+    // 127.0.0.2..=127.0.0.254, in turn; all of 127/8 is this host's on Linux.
+    let host = u8::try_from(2 + rebinds % 253).unwrap_or(2);
+    Ok(SocketAddr::new(Ipv4Addr::new(127, 0, 0, host).into(), 0))
 }
 
 impl RelayConfig {
@@ -57,6 +90,8 @@ impl RelayConfig {
             seed,
             io: neqo_udp::Config::default(),
             session_idle: Duration::from_secs(60),
+            blackhole: None,
+            rebind: None,
         }
     }
 }
@@ -72,6 +107,10 @@ pub struct RelayStats {
     pub sessions: usize,
     /// Client sessions ever opened.
     pub sessions_total: u64,
+    /// Datagrams dropped by the blackhole, both ways.
+    pub blackholed: u64,
+    /// Sessions given a new upstream socket ([`RelayConfig::rebind`]).
+    pub rebinds: u64,
 }
 
 impl fmt::Display for RelayStats {
@@ -99,8 +138,8 @@ impl fmt::Display for RelayStats {
         }
         write!(
             f,
-            "sessions: {} open, {} in all",
-            self.sessions, self.sessions_total
+            "sessions: {} open, {} in all; blackholed {}; rebinds {}",
+            self.sessions, self.sessions_total, self.blackholed, self.rebinds
         )
     }
 }
@@ -253,12 +292,27 @@ pub async fn run(
     let mut batch = listen.recv_batch();
     let mut due = Vec::new();
     let mut last_sweep = Instant::now();
+    // When the first client datagram came: the blackhole and the rebinding count from it.
+    let mut first: Option<Instant> = None;
+    let mut blackholed = 0u64;
+    let mut rebinds = 0u64;
+    let mut next_rebind: Option<Instant> = None;
+    let dark = |first: Option<Instant>, now: Instant| {
+        matches!((first, config.blackhole), (Some(t), Some((after, len)))
+            if now >= t + after && now < t + after + len)
+    };
     tokio::pin!(shutdown);
     loop {
         let next_due = [to_server.next_due(), to_client.next_due()]
             .into_iter()
             .flatten()
             .min();
+        let rebind_due = async {
+            match next_rebind {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         let sleep = async {
             match next_due {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -277,7 +331,15 @@ pub async fn run(
                         Err(e) => return Err(e),
                     }
                     let now = Instant::now();
+                    if first.is_none() {
+                        first = Some(now);
+                        next_rebind = config.rebind.map(|r| now + r.every);
+                    }
                     for d in batch.datagrams() {
+                        if dark(first, now) {
+                            blackholed += 1;
+                            continue;
+                        }
                         let session = match sessions.get_mut(&d.source) {
                             Some(s) => s,
                             None => {
@@ -297,13 +359,38 @@ pub async fn run(
                 if let Some(s) = sessions.get_mut(&client) {
                     s.last_active = now;
                 }
-                for d in datagrams {
-                    to_client.push(now, d, client);
-                }
+                let mut batches = vec![(client, datagrams)];
                 // Take whatever else the readers queued meanwhile.
-                while let Ok((client, datagrams)) = from_server.try_recv() {
+                while let Ok(more) = from_server.try_recv() {
+                    batches.push(more);
+                }
+                for (client, datagrams) in batches {
                     for d in datagrams {
-                        to_client.push(now, d, client);
+                        if dark(first, now) {
+                            blackholed += 1;
+                        } else {
+                            to_client.push(now, d, client);
+                        }
+                    }
+                }
+            }
+            () = rebind_due => {
+                let now = Instant::now();
+                if let Some(r) = config.rebind {
+                    next_rebind = Some(now + r.every);
+                    for (client, s) in &mut sessions {
+                        let socket = Arc::new(Socket::bind(
+                            rebound_addr(config.upstream, r, rebinds)?,
+                            config.io.clone(),
+                        )?);
+                        s.reader.abort();
+                        s.reader = tokio::spawn(read_upstream(
+                            Arc::clone(&socket),
+                            *client,
+                            from_server_tx.clone(),
+                        ));
+                        s.upstream = socket;
+                        rebinds += 1;
                     }
                 }
             }
@@ -348,6 +435,8 @@ pub async fn run(
             to_client: to_client.snapshot(),
             sessions: sessions.len(),
             sessions_total,
+            blackholed,
+            rebinds,
         };
         *stats.lock().unwrap_or_else(PoisonError::into_inner) = snapshot;
     }
@@ -359,6 +448,8 @@ pub async fn run(
         to_client: to_client.snapshot(),
         sessions: 0,
         sessions_total,
+        blackholed,
+        rebinds,
     };
     *stats.lock().unwrap_or_else(PoisonError::into_inner) = final_stats;
     Ok(final_stats)

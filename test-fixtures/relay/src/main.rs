@@ -7,7 +7,7 @@
 use std::{net::SocketAddr, process::ExitCode, sync::Mutex, time::Duration};
 
 use clap::Parser;
-use neqo_relay::{self as relay, Impairment, RelayConfig, RelayStats};
+use neqo_relay::{self as relay, Impairment, Rebind, RelayConfig, RelayStats};
 
 /// Forwards UDP datagrams between clients and one server, both ways, impairing them as asked.
 /// Every impairment applies to each direction. Probabilities take `0.05` or `5%`.
@@ -47,6 +47,16 @@ struct Args {
     /// RNG seed: the same seed and traffic replay the same impairments.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Drop everything, both ways, from AFTER ms after the first client datagram for FOR ms.
+    #[arg(long, value_name = "AFTER:FOR", value_parser = blackhole)]
+    blackhole: Option<(Duration, Duration)>,
+    /// Give each client a new upstream port every this many milliseconds (from the first
+    /// client datagram), as a NAT rebinding.
+    #[arg(long, value_name = "MS")]
+    rebind_every: Option<u64>,
+    /// With --rebind-every: a new address too (127.0.0.2 onwards; IPv4 loopback servers).
+    #[arg(long, requires = "rebind_every")]
+    rebind_addr: bool,
     /// Print the counts every this many seconds (0: only at exit).
     #[arg(long, default_value_t = 0, value_name = "SECS")]
     stats_interval: u64,
@@ -64,6 +74,19 @@ fn probability(s: &str) -> Result<f64, String> {
     } else {
         Err(format!("{s} is not between 0 and 1 (0% and 100%)"))
     }
+}
+
+fn blackhole(s: &str) -> Result<(Duration, Duration), String> {
+    let parse = |v: &str| {
+        v.trim()
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("not AFTER:FOR in milliseconds: {s:?}"))
+    };
+    let (after, len) = s
+        .split_once(':')
+        .ok_or_else(|| format!("not AFTER:FOR in milliseconds: {s:?}"))?;
+    Ok((parse(after)?, parse(len)?))
 }
 
 fn millis(ms: f64, name: &str) -> Result<Duration, String> {
@@ -88,12 +111,24 @@ fn config(args: &Args) -> Result<RelayConfig, String> {
         queue: args.queue,
     };
     imp.validate()?;
-    Ok(RelayConfig::symmetric(
-        args.listen,
-        args.upstream,
-        imp,
-        args.seed,
-    ))
+    let rebind = match args.rebind_every {
+        Some(0) => return Err("--rebind-every must be at least 1 ms".to_owned()),
+        Some(ms) => Some(Rebind {
+            every: Duration::from_millis(ms),
+            addr: args.rebind_addr,
+        }),
+        None => None,
+    };
+    if args.rebind_addr
+        && !matches!(args.upstream.ip(), std::net::IpAddr::V4(ip) if ip.is_loopback())
+    {
+        return Err("--rebind-addr needs an IPv4 loopback --upstream".to_owned());
+    }
+    Ok(RelayConfig {
+        blackhole: args.blackhole,
+        rebind,
+        ..RelayConfig::symmetric(args.listen, args.upstream, imp, args.seed)
+    })
 }
 
 async fn shutdown_signal() {

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_relay::{Impairment, Relay, RelayConfig, RelayStats};
+use neqo_relay::{Impairment, Rebind, Relay, RelayConfig, RelayStats};
 use neqo_udp::{Config, Socket, Transmit};
 use test_fixtures::run;
 
@@ -421,4 +421,126 @@ fn cli_relays_and_stops_on_sigterm() {
         "{}",
         out.stdout
     );
+}
+
+/// A datagram from a blocking client socket through the relay every 10 ms, until `done`
+/// says so (given the datagrams echoed so far, by sequence number) or 2000 have gone.
+fn ping_until(relay: &Relay, done: impl Fn(&[u16]) -> bool) -> Vec<u16> {
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(10)))
+        .unwrap();
+    let mut echoed = Vec::new();
+    let mut buf = [0u8; 64];
+    for seq in 0..2000u16 {
+        client
+            .send_to(&payload(seq, 32), relay.local_addr())
+            .unwrap();
+        while let Ok((n, _)) = client.recv_from(&mut buf) {
+            assert!(n >= 2);
+            echoed.push(u16::from_be_bytes([buf[0], buf[1]]));
+        }
+        if done(&echoed) {
+            break;
+        }
+    }
+    echoed
+}
+
+#[test]
+fn a_blackhole_swallows_both_ways_then_lets_through() {
+    let echo = Echo::start("127.0.0.1");
+    let relay = Relay::start(RelayConfig {
+        blackhole: Some((Duration::from_millis(100), Duration::from_millis(300))),
+        ..RelayConfig::symmetric(
+            "127.0.0.1:0".parse().unwrap(),
+            echo.addr,
+            Impairment::default(),
+            1,
+        )
+    })
+    .unwrap();
+    // Until echoes have stopped (a gap in the sequence) and come back for 5 datagrams.
+    let echoed = ping_until(&relay, |e| {
+        let gap = e.windows(2).position(|w| w[1] > w[0] + 1);
+        gap.is_some_and(|g| e.len() >= g + 6)
+    });
+    let stats = relay.stop().unwrap();
+    let gap = echoed
+        .windows(2)
+        .position(|w| w[1] > w[0] + 1)
+        .expect("a gap in the echoes");
+    assert_eq!(echoed[0], 0, "the first datagrams pass: {echoed:?}");
+    assert!(
+        echoed.len() >= gap + 6,
+        "echoes resume after the gap: {echoed:?}"
+    );
+    // Every datagram sent is echoed, swallowed on its way or its echo swallowed.
+    let missing = u64::from(echoed[echoed.len() - 1]) + 1 - echoed.len() as u64;
+    assert!(stats.blackholed >= missing, "{stats:?}, {missing} missing");
+    assert_eq!(stats.to_server.lost + stats.to_client.lost, 0);
+}
+
+/// Where the datagrams a plain UDP server receives come from, until `count` differ (or
+/// 2000 datagrams), through a relay rebinding as `rebind` says.
+fn sources_through_rebinding(rebind: Rebind, count: usize) -> (Vec<SocketAddr>, RelayStats) {
+    let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_millis(10)))
+        .unwrap();
+    let relay = Relay::start(RelayConfig {
+        rebind: Some(rebind),
+        ..RelayConfig::symmetric(
+            "127.0.0.1:0".parse().unwrap(),
+            server.local_addr().unwrap(),
+            Impairment::default(),
+            1,
+        )
+    })
+    .unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sources: Vec<SocketAddr> = Vec::new();
+    let mut buf = [0u8; 64];
+    for seq in 0..2000u16 {
+        client
+            .send_to(&payload(seq, 32), relay.local_addr())
+            .unwrap();
+        while let Ok((_, from)) = server.recv_from(&mut buf) {
+            if !sources.contains(&from) {
+                sources.push(from);
+            }
+        }
+        if sources.len() >= count {
+            break;
+        }
+    }
+    (sources, relay.stop().unwrap())
+}
+
+#[test]
+fn rebinding_gives_the_client_new_ports() {
+    let rebind = Rebind {
+        every: Duration::from_millis(50),
+        addr: false,
+    };
+    let (sources, stats) = sources_through_rebinding(rebind, 3);
+    assert_eq!(sources.len(), 3, "{sources:?}");
+    assert!(
+        sources.iter().all(|s| s.ip() == sources[0].ip()),
+        "{sources:?}"
+    );
+    assert!(stats.rebinds >= 2, "{stats:?}");
+}
+
+#[test]
+fn address_rebinding_gives_the_client_new_addresses() {
+    let rebind = Rebind {
+        every: Duration::from_millis(50),
+        addr: true,
+    };
+    let (sources, stats) = sources_through_rebinding(rebind, 3);
+    assert_eq!(sources.len(), 3, "{sources:?}");
+    let ips: HashSet<_> = sources.iter().map(SocketAddr::ip).collect();
+    assert_eq!(ips.len(), 3, "{sources:?}");
+    assert!(stats.rebinds >= 2, "{stats:?}");
 }
