@@ -32,6 +32,19 @@ pub struct DriverCounters {
     pub tx_ecn: EcnCounts,
     /// Datagrams received, by the ECN codepoint the socket reported.
     pub rx_ecn: EcnCounts,
+    /// PATH_CHALLENGE frames the connections sent: a peer's address changed (or ours did) and
+    /// the new path was probed.
+    pub path_challenges: u64,
+    /// PATH_RESPONSE frames the connections received: probes answered.
+    pub path_responses: u64,
+}
+
+impl DriverCounters {
+    /// Adds a connection's path validation frames.
+    pub(super) const fn add_paths(&mut self, stats: &quinn_proto::ConnectionStats) {
+        self.path_challenges += stats.frame_tx.path_challenge;
+        self.path_responses += stats.frame_rx.path_response;
+    }
 }
 
 /// Datagrams by ECN codepoint. quinn-proto marks every packet ECT(0) until an ACK arrives

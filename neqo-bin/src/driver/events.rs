@@ -54,7 +54,9 @@ impl Driver {
                 if let Some(c) = self.conns.remove(idx) {
                     app.drained(ch, &c.conn);
                     self.counters.drained += 1;
-                    self.counters.lost_packets += c.conn.stats().path.lost_packets;
+                    let stats = c.conn.stats();
+                    self.counters.lost_packets += stats.path.lost_packets;
+                    self.counters.add_paths(&stats);
                 }
                 continue;
             }

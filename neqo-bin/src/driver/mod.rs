@@ -286,11 +286,15 @@ impl Driver {
         self.paths.iter().map(|p| p.queue.queued_datagrams()).sum()
     }
 
-    /// The driver's own counters.
+    /// The driver's own counters, with the path validation frames of the connections still
+    /// open added to those of the drained ones.
     #[must_use]
-    pub const fn counters(&self) -> DriverCounters {
+    pub fn counters(&self) -> DriverCounters {
         let mut c = self.counters;
         c.peak_connections = self.conns.peak() as u64;
+        for (_, conn) in self.connections() {
+            c.add_paths(&conn.stats());
+        }
         c
     }
 
