@@ -298,6 +298,10 @@ pub(crate) fn settings(idle_timeout_ms: u64, peer_bidi_streams: Option<u16>) -> 
     // Like secnetperf: the app keeps its buffers alive until SEND_COMPLETE, so
     // msquic does not copy every byte into its own send buffer.
     is_set.set_SendBufferingEnabled(1);
+    // ECN marks out, as neqo sends them (msquic reports received marks in ACK_ECN either
+    // way; it marks its own datagrams ECT(0) only when asked): the interop runner's `ecn`
+    // case needs both directions marked.
+    is_set.set_EcnEnabled(1);
     if peer_bidi_streams.is_some() {
         is_set.set_PeerBidiStreamCount(1);
     }
@@ -308,6 +312,7 @@ pub(crate) fn settings(idle_timeout_ms: u64, peer_bidi_streams: Option<u16>) -> 
         idle_timeout_ms.min(10_000)
     };
     s.set_SendBufferingEnabled(0);
+    s.set_EcnEnabled(1);
     if let Some(n) = peer_bidi_streams {
         s.PeerBidiStreamCount = n;
     }
