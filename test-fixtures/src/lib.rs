@@ -13,5 +13,7 @@ mod server;
 
 pub use capture::CAPTURE_LIMIT;
 pub use child::{Measured, run};
-pub use locate::{BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, cargo_build, locate_binary, release_binary};
+pub use locate::{
+    BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, BUILD_RELAY, cargo_build, locate_binary, release_binary,
+};
 pub use server::{STOP_GRACE, Server, StartError, parse_listening};

@@ -24,6 +24,9 @@ pub const BUILD_MSQUIC_PEER: &[&str] = &[
     "msquic-peer",
 ];
 
+/// `cargo build --release` arguments for `neqo-relay`, the impairment relay.
+pub const BUILD_RELAY: &[&str] = &["-p", "neqo-relay", "--bin", "neqo-relay"];
+
 /// How long a build may take: msquic's first build takes minutes on two cores.
 const BUILD_LIMIT: Duration = Duration::from_secs(60 * 60);
 

@@ -4,6 +4,11 @@
 //! exits non-zero on any failure.
 //!
 //! `cargo run --release -p test-fixtures --bin interop -- [--no-build] [--quick]`
+//!
+//! With `--cases all` or `--cases handshake,retry,...`, the QUIC Interop Runner's test cases
+//! instead (`runner.rs`), neqo <-> neqo and neqo <-> msquic.
+
+mod runner;
 
 use std::{
     collections::BTreeMap,
@@ -11,10 +16,12 @@ use std::{
     time::Duration,
 };
 
-use test_fixtures::{BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, Server, cargo_build, release_binary, run};
+use test_fixtures::{
+    BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, BUILD_RELAY, Server, cargo_build, release_binary, run,
+};
 
 /// The binaries it runs, all from the release build.
-const BINARIES: [&str; 3] = ["neqo-client", "neqo-server", "msquic-peer"];
+const BINARIES: [&str; 4] = ["neqo-client", "neqo-server", "msquic-peer", "neqo-relay"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Case {
@@ -158,13 +165,35 @@ fn client_command(d: Direction, v: &Variant, port: u16, case: Case) -> Command {
 fn main() -> ExitCode {
     let mut build = true;
     let mut quick = false;
-    for arg in std::env::args().skip(1) {
+    let mut cases: Option<Vec<String>> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--no-build" => build = false,
             "--quick" => quick = true,
+            "--cases" => {
+                let Some(list) = args.next() else {
+                    eprintln!("interop: --cases needs a list (or all)");
+                    return ExitCode::from(2);
+                };
+                let list: Vec<String> = if list == "all" {
+                    runner::ALL.iter().map(|&c| c.to_owned()).collect()
+                } else {
+                    list.split(',').map(str::to_owned).collect()
+                };
+                if let Some(bad) = list.iter().find(|c| !runner::ALL.contains(&c.as_str())) {
+                    eprintln!(
+                        "interop: unknown case {bad:?}; the cases: {}",
+                        runner::ALL.join(",")
+                    );
+                    return ExitCode::from(2);
+                }
+                cases = Some(list);
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: interop [--no-build] [--quick]\n  --quick: IPv4 and IPv6, batched with pacing only"
+                    "usage: interop [--no-build] [--quick] [--cases all|CASE,...]\n  --quick: IPv4 and IPv6, batched with pacing only\n  --cases: the interop runner's cases instead of the matrix: {}",
+                    runner::ALL.join(",")
                 );
                 return ExitCode::SUCCESS;
             }
@@ -175,8 +204,8 @@ fn main() -> ExitCode {
         }
     }
     if build {
-        eprintln!("building neqo-client, neqo-server and msquic-peer (release)...");
-        for args in [BUILD_NEQO_BINS, BUILD_MSQUIC_PEER] {
+        eprintln!("building neqo-client, neqo-server, msquic-peer and neqo-relay (release)...");
+        for args in [BUILD_NEQO_BINS, BUILD_MSQUIC_PEER, BUILD_RELAY] {
             if let Err(e) = cargo_build(args) {
                 eprintln!("interop: {e}");
                 return ExitCode::FAILURE;
@@ -191,6 +220,13 @@ fn main() -> ExitCode {
             );
             return ExitCode::FAILURE;
         }
+    }
+    if let Some(cases) = cases {
+        return if runner::main(&cases) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
     }
     let variants = variants(quick);
     // (case, direction) -> (passed, failures)
