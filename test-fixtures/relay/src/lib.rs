@@ -46,6 +46,11 @@ pub struct RelayConfig {
     /// Drops every datagram, both ways, from `.0` after the first client datagram, for `.1`:
     /// a path that goes dark and comes back.
     pub blackhole: Option<(Duration, Duration)>,
+    /// For this long after the first client datagram, the client's later datagrams are held
+    /// back (dropped), and what the server sends meanwhile is counted: a server that has not
+    /// validated the client's address may send no more than three times what it received
+    /// (RFC 9000 section 8.1), and here it received one datagram.
+    pub amplification_window: Option<Duration>,
     /// Every so often (from the first client datagram), each client gets a new upstream
     /// socket, as a NAT rebinding it: the server sees the client's address change.
     pub rebind: Option<Rebind>,
@@ -91,6 +96,7 @@ impl RelayConfig {
             io: neqo_udp::Config::default(),
             session_idle: Duration::from_secs(60),
             blackhole: None,
+            amplification_window: None,
             rebind: None,
         }
     }
@@ -111,6 +117,11 @@ pub struct RelayStats {
     pub blackholed: u64,
     /// Sessions given a new upstream socket ([`RelayConfig::rebind`]).
     pub rebinds: u64,
+    /// [`RelayConfig::amplification_window`]: bytes of the client datagrams forwarded in it
+    /// (the first only) and of the server's datagrams that arrived in it.
+    pub window_client_bytes: u64,
+    /// See [`RelayStats::window_client_bytes`].
+    pub window_server_bytes: u64,
 }
 
 impl fmt::Display for RelayStats {
@@ -138,8 +149,13 @@ impl fmt::Display for RelayStats {
         }
         write!(
             f,
-            "sessions: {} open, {} in all; blackholed {}; rebinds {}",
-            self.sessions, self.sessions_total, self.blackholed, self.rebinds
+            "sessions: {} open, {} in all; blackholed {}; rebinds {}; window-client-bytes {}; window-server-bytes {}",
+            self.sessions,
+            self.sessions_total,
+            self.blackholed,
+            self.rebinds,
+            self.window_client_bytes,
+            self.window_server_bytes
         )
     }
 }
@@ -297,6 +313,8 @@ pub async fn run(
     let mut blackholed = 0u64;
     let mut rebinds = 0u64;
     let mut next_rebind: Option<Instant> = None;
+    let (mut window_client_bytes, mut window_server_bytes) = (0u64, 0u64);
+    let in_window = |first: Option<Instant>, now: Instant| matches!((first, config.amplification_window), (Some(t), Some(len)) if now < t + len);
     let dark = |first: Option<Instant>, now: Instant| {
         matches!((first, config.blackhole), (Some(t), Some((after, len)))
             if now >= t + after && now < t + after + len)
@@ -340,6 +358,13 @@ pub async fn run(
                             blackholed += 1;
                             continue;
                         }
+                        if in_window(first, now) {
+                            if window_client_bytes > 0 {
+                                blackholed += 1;
+                                continue;
+                            }
+                            window_client_bytes = d.data.len() as u64;
+                        }
                         let session = match sessions.get_mut(&d.source) {
                             Some(s) => s,
                             None => {
@@ -366,6 +391,9 @@ pub async fn run(
                 }
                 for (client, datagrams) in batches {
                     for d in datagrams {
+                        if in_window(first, now) {
+                            window_server_bytes += d.len() as u64;
+                        }
                         if dark(first, now) {
                             blackholed += 1;
                         } else {
@@ -437,6 +465,8 @@ pub async fn run(
             sessions_total,
             blackholed,
             rebinds,
+            window_client_bytes,
+            window_server_bytes,
         };
         *stats.lock().unwrap_or_else(PoisonError::into_inner) = snapshot;
     }
@@ -450,6 +480,8 @@ pub async fn run(
         sessions_total,
         blackholed,
         rebinds,
+        window_client_bytes,
+        window_server_bytes,
     };
     *stats.lock().unwrap_or_else(PoisonError::into_inner) = final_stats;
     Ok(final_stats)

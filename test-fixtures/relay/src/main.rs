@@ -50,6 +50,10 @@ struct Args {
     /// Drop everything, both ways, from AFTER ms after the first client datagram for FOR ms.
     #[arg(long, value_name = "AFTER:FOR", value_parser = blackhole)]
     blackhole: Option<(Duration, Duration)>,
+    /// For MS ms after the first client datagram, drop the client's others and count what
+    /// the server sends: the anti-amplification limit, measured.
+    #[arg(long, value_name = "MS")]
+    amplification_window: Option<u64>,
     /// Give each client a new upstream port every this many milliseconds (from the first
     /// client datagram), as a NAT rebinding.
     #[arg(long, value_name = "MS")]
@@ -126,6 +130,7 @@ fn config(args: &Args) -> Result<RelayConfig, String> {
     }
     Ok(RelayConfig {
         blackhole: args.blackhole,
+        amplification_window: args.amplification_window.map(Duration::from_millis),
         rebind,
         ..RelayConfig::symmetric(args.listen, args.upstream, imp, args.seed)
     })

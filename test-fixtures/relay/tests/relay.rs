@@ -544,3 +544,25 @@ fn address_rebinding_gives_the_client_new_addresses() {
     assert_eq!(ips.len(), 3, "{sources:?}");
     assert!(stats.rebinds >= 2, "{stats:?}");
 }
+
+#[test]
+fn the_amplification_window_lets_one_client_datagram_through_and_counts_the_answers() {
+    let echo = Echo::start("127.0.0.1");
+    let relay = Relay::start(RelayConfig {
+        amplification_window: Some(Duration::from_secs(30)),
+        ..RelayConfig::symmetric(
+            "127.0.0.1:0".parse().unwrap(),
+            echo.addr,
+            Impairment::default(),
+            1,
+        )
+    })
+    .unwrap();
+    // Until the first datagram's echo is back and nine more have been held back.
+    let echoed = ping_until(&relay, |e| !e.is_empty() && relay.stats().blackholed >= 9);
+    let stats = relay.stop().unwrap();
+    assert_eq!(echoed, [0], "only the first datagram passes");
+    assert_eq!(stats.window_client_bytes, 32);
+    assert_eq!(stats.window_server_bytes, 32);
+    assert!(stats.blackholed >= 9, "{stats:?}");
+}
