@@ -44,6 +44,9 @@ pub const ALL: [&str; 21] = [
 /// The script the runner's container runs, from the source tree.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/run_endpoint.sh");
 
+/// The datagram size quinn-proto uses during the handshake.
+const INITIAL_MTU: u64 = 1200;
+
 /// The exit code for a case an endpoint does not support.
 const UNSUPPORTED: i32 = 127;
 
@@ -98,6 +101,8 @@ struct Spec {
     /// `neqo-relay` arguments; `None` for a direct loopback path.
     relay: Option<Vec<&'static str>>,
     v6: bool,
+    /// The server's certificate is the large one, larger than three client Initials.
+    big_cert: bool,
     /// How long the client may take.
     limit: Duration,
 }
@@ -115,6 +120,7 @@ fn spec(case: &str) -> Spec {
         files: files(case, &[1 << 20]),
         relay: None,
         v6: false,
+        big_cert: false,
         limit: Duration::from_secs(60),
     };
     match case {
@@ -129,6 +135,14 @@ fn spec(case: &str) -> Spec {
         "resumption" | "zerortt" => s.files = files(case, &[1024, 10_000, 50_000]),
         "keyupdate" => s.files = files(case, &[5 << 20]),
         "ipv6" => s.v6 = true,
+        // The server's first flight (a ~9 KB certificate) is more than three times the
+        // client's Initial, and the client's later datagrams are held back for 1.5 s: what
+        // the server sends meanwhile is all an unvalidated address may get.
+        "amplificationlimit" => {
+            s.files = files(case, &[10_000]);
+            s.big_cert = true;
+            s.relay = Some(vec!["--amplification-window", "1500"]);
+        }
         // The runner's 1.5 s round trip.
         "longrtt" => {
             s.files = files(case, &[100_000, 100_000]);
@@ -222,11 +236,18 @@ fn content(name: &str, len: usize) -> Vec<u8> {
 }
 
 /// A self-signed certificate for the server (`cert.pem`, `priv.key`) in `dir`, made with
-/// the `openssl` command as the runner's own setup does.
+/// the `openssl` command as the runner's own setup does; `big` adds 300 names to it (about
+/// 9 KB), as the runner's long chain for `amplificationlimit` makes the first flight large.
 ///
 /// # Errors
 /// When openssl is missing or fails.
-pub fn make_certs(dir: &Path) -> Result<(), String> {
+pub fn make_certs(dir: &Path, big: bool) -> Result<(), String> {
+    let mut names = "subjectAltName=DNS:server,DNS:localhost,IP:127.0.0.1,IP:::1".to_owned();
+    if big {
+        for i in 0..300 {
+            let _ = write!(names, ",DNS:name-{i:04}.amplification.example");
+        }
+    }
     fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let m = run(
         Command::new("openssl")
@@ -243,7 +264,7 @@ pub fn make_certs(dir: &Path) -> Result<(), String> {
                 "-subj",
                 "/CN=server",
                 "-addext",
-                "subjectAltName=DNS:server,DNS:localhost,IP:127.0.0.1,IP:::1",
+                &names,
                 "-keyout",
             ])
             .arg(dir.join("priv.key"))
@@ -409,29 +430,39 @@ fn num(v: &Value, path: &[&str]) -> u64 {
         .unwrap_or(0)
 }
 
-/// What the relay's final table says: (lost, corrupted, blackholed, rebinds), both ways.
-fn relay_counts(stdout: &str) -> (u64, u64, u64, u64) {
-    let (mut lost, mut corrupted, mut blackholed, mut rebinds) = (0, 0, 0, 0);
+/// What the relay's final report says, both ways.
+#[derive(Debug, Default)]
+struct RelayCounts {
+    lost: u64,
+    corrupted: u64,
+    blackholed: u64,
+    rebinds: u64,
+    window_client_bytes: u64,
+    window_server_bytes: u64,
+}
+
+fn relay_counts(stdout: &str) -> RelayCounts {
+    let mut c = RelayCounts::default();
     for line in stdout.lines() {
         let cols: Vec<&str> = line.split('|').map(str::trim).collect();
         // | direction | received | forwarded | lost | queue drops | corrupted | ...
         if cols.len() > 6 && cols[1].contains("->") {
-            lost += cols[4].parse::<u64>().unwrap_or(0);
-            corrupted += cols[6].parse::<u64>().unwrap_or(0);
+            c.lost += cols[4].parse::<u64>().unwrap_or(0);
+            c.corrupted += cols[6].parse::<u64>().unwrap_or(0);
         }
         for part in line.split(';') {
             let mut words = part.split_whitespace();
-            match (
-                words.next(),
-                words.next().and_then(|n| n.parse::<u64>().ok()),
-            ) {
-                (Some("blackholed"), Some(n)) => blackholed = n,
-                (Some("rebinds"), Some(n)) => rebinds = n,
-                _ => {}
-            }
+            let slot = match words.next() {
+                Some("blackholed") => &mut c.blackholed,
+                Some("rebinds") => &mut c.rebinds,
+                Some("window-client-bytes") => &mut c.window_client_bytes,
+                Some("window-server-bytes") => &mut c.window_server_bytes,
+                _ => continue,
+            };
+            *slot = words.next().and_then(|n| n.parse().ok()).unwrap_or(0);
         }
     }
-    (lost, corrupted, blackholed, rebinds)
+    c
 }
 
 /// Runs `case` with `client` against `server`.
@@ -614,7 +645,14 @@ fn check(
 ) -> Result<String, String> {
     let r = Reports::read(dirs, client, server)?;
     let mut d = String::new();
-    let (lost, corrupted, blackholed, rebinds) = relay.map(relay_counts).unwrap_or_default();
+    let RelayCounts {
+        lost,
+        corrupted,
+        blackholed,
+        rebinds,
+        window_client_bytes,
+        window_server_bytes,
+    } = relay.map(relay_counts).unwrap_or_default();
     match case {
         "handshake" => {
             require(
@@ -749,6 +787,35 @@ fn check(
             }
             let _ = write!(d, "relay corrupted {corrupted}; ");
         }
+        "amplificationlimit" => {
+            if window_client_bytes == 0 || window_server_bytes == 0 {
+                return Err(format!(
+                    "nothing crossed the window: client {window_client_bytes} B, server {window_server_bytes} B"
+                ));
+            }
+            // RFC 9000 section 8.1: three times what it received. quinn-proto starts one
+            // more full datagram (1200 B during the handshake) while any of that budget is
+            // left (quinn issue 1082), so a neqo server may overshoot by less than one.
+            let limit = 3 * window_client_bytes;
+            let allowance = if server == Impl::Neqo { INITIAL_MTU } else { 0 };
+            if window_server_bytes >= limit + allowance.max(1) {
+                return Err(format!(
+                    "the server sent {window_server_bytes} B for the client's {window_client_bytes} B before validating it"
+                ));
+            }
+            let _ = write!(
+                d,
+                "server sent {window_server_bytes} B for {window_client_bytes} B unvalidated{}; ",
+                if window_server_bytes > limit {
+                    format!(
+                        ", {} B over 3x: quinn-proto's one-datagram allowance",
+                        window_server_bytes - limit
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
         "blackhole" => {
             if blackholed == 0 {
                 return Err("the blackhole swallowed nothing".to_owned());
@@ -777,15 +844,23 @@ fn check(
 pub fn main(cases: &[String]) -> bool {
     let base = std::env::temp_dir().join(format!("neqo-interop-{}", std::process::id()));
     let certs = base.join("certs");
-    if let Err(e) = make_certs(&certs) {
-        eprintln!("interop: {e}");
-        return false;
+    let big_certs = base.join("big-certs");
+    for (dir, big) in [(&certs, false), (&big_certs, true)] {
+        if let Err(e) = make_certs(dir, big) {
+            eprintln!("interop: {e}");
+            return false;
+        }
     }
     let mut results: BTreeMap<(usize, (Impl, Impl)), Outcome> = BTreeMap::new();
     for (i, case) in cases.iter().enumerate() {
         for pair in PAIRS {
             let started = std::time::Instant::now();
-            let outcome = run_case(&base, &certs, case, pair.0, pair.1);
+            let certs = if spec(case).big_cert {
+                &big_certs
+            } else {
+                &certs
+            };
+            let outcome = run_case(&base, certs, case, pair.0, pair.1);
             let why = match &outcome {
                 Outcome::Pass(d) | Outcome::Fail(d) | Outcome::Unsupported(d) => d.as_str(),
                 Outcome::NotApplicable(d) => d,
