@@ -303,13 +303,21 @@ pub fn client_crypto_with(
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])?;
     let verifier: Arc<dyn ServerCertVerifier> = match trust {
+        // No anchor: rustls refuses every certificate at the handshake (its verifier's
+        // builder would refuse the empty store up front), so no full handshake to count.
+        Trust::Nobody => {
+            return finish_client(
+                builder
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+                alpn,
+            );
+        }
         Trust::Insecure => Arc::new(NoVerify(provider)),
-        Trust::Nobody | Trust::Certs(_) => {
+        Trust::Certs(certs) => {
             let mut roots = rustls::RootCertStore::empty();
-            if let Trust::Certs(certs) = trust {
-                for c in certs {
-                    roots.add(c.clone()).context("adding a CA certificate")?;
-                }
+            for c in certs {
+                roots.add(c.clone()).context("adding a CA certificate")?;
             }
             rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
@@ -317,10 +325,20 @@ pub fn client_crypto_with(
         }
     };
     // Counted: a resumed handshake has no certificate to verify.
-    let mut tls = builder
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(CountingVerifier(verifier)))
-        .with_no_client_auth();
+    finish_client(
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(CountingVerifier(verifier)))
+            .with_no_client_auth(),
+        alpn,
+    )
+}
+
+/// ALPN, early data and the key log on a client config, for QUIC.
+fn finish_client(
+    mut tls: rustls::ClientConfig,
+    alpn: &str,
+) -> anyhow::Result<Arc<QuicClientConfig>> {
     tls.alpn_protocols = vec![alpn.as_bytes().to_vec()];
     tls.enable_early_data = true;
     if let Some(k) = key_log() {
