@@ -57,6 +57,9 @@ struct ServerArgs {
     #[arg(long, value_name = "N", default_value_t = 1024,
           value_parser = clap::value_parser!(u16).range(1..))]
     max_streams: u16,
+    /// Send every new client a Retry (address validation before any handshake state).
+    #[arg(long)]
+    retry_always: bool,
 }
 
 #[derive(Debug, Args)]
@@ -129,6 +132,7 @@ pub fn main() -> ExitCode {
             root: a.root,
             idle_timeout_ms: secs_to_ms(a.idle_timeout),
             max_streams: a.max_streams,
+            retry_always: a.retry_always,
         }),
         Command::Client(a) => client::run(&ClientOptions {
             urls: a.urls,

@@ -277,6 +277,26 @@ pub(crate) unsafe fn connection_shutdown(conn: HQUIC, code: u64) {
     };
 }
 
+/// Sends a connected client a session ticket: an msquic server issues none unless asked,
+/// even with resumption enabled ([`offer_resumption`]).
+///
+/// # Safety
+/// `conn` must be a live server connection handle.
+pub(crate) unsafe fn send_resumption_ticket(conn: HQUIC) -> QUIC_STATUS {
+    let f = api()
+        .ConnectionSendResumptionTicket
+        .expect("ConnectionSendResumptionTicket");
+    // SAFETY: forwarded from the caller's contract; no application data goes with it.
+    unsafe {
+        f(
+            conn,
+            ffi::QUIC_SEND_RESUMPTION_FLAGS_QUIC_SEND_RESUMPTION_FLAG_NONE,
+            0,
+            std::ptr::null(),
+        )
+    }
+}
+
 /// Closes a connection handle.
 ///
 /// # Safety
@@ -317,6 +337,36 @@ pub(crate) fn settings(idle_timeout_ms: u64, peer_bidi_streams: Option<u16>) -> 
         s.PeerBidiStreamCount = n;
     }
     s
+}
+
+/// A server's settings: it issues session tickets and accepts resumption and 0-RTT with
+/// them, as neqo-server does (msquic's default is neither).
+pub(crate) fn offer_resumption(s: &mut ffi::QUIC_SETTINGS) {
+    // SAFETY: `IsSet` is the bitfield view of the `IsSetFlags` union; both are plain integers.
+    let is_set = unsafe { &mut s.__bindgen_anon_1.IsSet };
+    is_set.set_ServerResumptionLevel(1);
+    s.set_ServerResumptionLevel(
+        u8::try_from(ffi::QUIC_SERVER_RESUMPTION_LEVEL_QUIC_SERVER_RESUME_AND_ZERORTT)
+            .expect("a small enum"),
+    );
+}
+
+/// Makes msquic send a Retry to every new client (address validation from the first
+/// packet), process-wide: the retry memory limit, in percent of memory, is set to 0.
+pub(crate) fn retry_always() -> Result<(), String> {
+    let percent: u16 = 0;
+    let len = u32::try_from(std::mem::size_of::<u16>()).expect("two bytes");
+    // SAFETY: a global parameter takes a null handle; `percent` is a live u16 of `len`
+    // bytes for the call.
+    unsafe {
+        Api::set_param(
+            std::ptr::null_mut(),
+            ffi::QUIC_PARAM_GLOBAL_RETRY_MEMORY_PERCENT,
+            len,
+            std::ptr::from_ref(&percent).cast(),
+        )
+    }
+    .map_err(|e| format!("setting msquic's retry memory limit: {}", status_name(e.0)))
 }
 
 /// Applies `settings` to a configuration handle.

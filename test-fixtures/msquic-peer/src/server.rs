@@ -30,6 +30,8 @@ pub(crate) struct ServerOptions {
     pub(crate) idle_timeout_ms: u64,
     /// Bidirectional streams a client may have open at once.
     pub(crate) max_streams: u16,
+    /// Send every new client a Retry.
+    pub(crate) retry_always: bool,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -65,11 +67,12 @@ pub(crate) fn run(opts: &ServerOptions) -> Result<()> {
         .collect();
     let config = Configuration::open(&registration, &alpn_buffers, None)
         .map_err(|e| anyhow!("opening msquic configuration: {}", raw::status_name(e.0)))?;
-    raw::apply_settings(
-        &config,
-        &raw::settings(opts.idle_timeout_ms, Some(opts.max_streams)),
-    )
-    .map_err(|e| anyhow!(e))?;
+    let mut settings = raw::settings(opts.idle_timeout_ms, Some(opts.max_streams));
+    raw::offer_resumption(&mut settings);
+    raw::apply_settings(&config, &settings).map_err(|e| anyhow!(e))?;
+    if opts.retry_always {
+        raw::retry_always().map_err(|e| anyhow!(e))?;
+    }
     let credential = CredentialConfig::new().set_credential(Credential::CertificateFile(
         msquic::CertificateFile::new(
             cert.key.display().to_string(),
@@ -244,6 +247,12 @@ unsafe extern "C" fn server_conn_cb(
                     raw::stream_shutdown(started.Stream, raw::SHUTDOWN_ABORT, hq::BAD_REQUEST)
                 });
             }
+        }
+        ffi::QUIC_CONNECTION_EVENT_TYPE_QUIC_CONNECTION_EVENT_CONNECTED => {
+            // A ticket for the client's next connection (resumption, 0-RTT); a failure only
+            // means it will not resume.
+            // SAFETY: `conn` is live for the callback.
+            let _ = unsafe { raw::send_resumption_ticket(conn) };
         }
         ffi::QUIC_CONNECTION_EVENT_TYPE_QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE => {
             // SAFETY: the union member matches the event type.
