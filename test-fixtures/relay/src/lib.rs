@@ -7,7 +7,10 @@
 //! payloads never copied but for duplicates), so it is not the bottleneck it simulates.
 //!
 //! Each client address gets its own upstream socket (like a NAT), so the server sees one
-//! address per client and replies find their way back.
+//! address per client and replies find their way back. The same NAT can rebind (a new
+//! upstream socket every so often), the path can go dark for a while (a blackhole), and a
+//! window after the first client datagram can hold the client back to measure what a server
+//! sends to an address it has not validated.
 
 mod impair;
 

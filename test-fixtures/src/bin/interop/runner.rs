@@ -864,8 +864,13 @@ pub fn main(cases: &[String]) -> bool {
                 Outcome::Pass(d) | Outcome::Fail(d) | Outcome::Unsupported(d) => d.as_str(),
                 Outcome::NotApplicable(d) => d,
             };
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
             eprintln!(
-                "{:<18} {} -> {}: {} in {:.1} s ({why})",
+                "{:<18} {} -> {}: {} in {:.1} s{why}",
                 case,
                 pair.0.name(),
                 pair.1.name(),
