@@ -9,6 +9,7 @@ mod capture;
 mod child;
 mod locate;
 mod os;
+mod peer;
 mod server;
 
 pub use capture::CAPTURE_LIMIT;
@@ -16,4 +17,5 @@ pub use child::{Measured, run};
 pub use locate::{
     BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, BUILD_RELAY, cargo_build, locate_binary, release_binary,
 };
+pub use peer::Impl;
 pub use server::{STOP_GRACE, Server, StartError, parse_listening};

@@ -11,9 +11,9 @@
 
 use std::{fmt::Write as _, process::Command, time::Duration};
 
-use test_fixtures::{Server, release_binary, run};
+use test_fixtures::{Impl, Server, release_binary, run};
 
-use super::{Impl, JsonFile, Peers, positive};
+use super::{JsonFile, Peers, positive};
 
 /// The request size: big enough that a connection's transfer is mostly steady state.
 const REQUEST: u64 = 1 << 20;

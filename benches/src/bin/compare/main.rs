@@ -24,22 +24,9 @@ use std::{
 
 mod curve;
 
-use test_fixtures::{BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, Server, cargo_build, release_binary, run};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Impl {
-    Neqo,
-    Msquic,
-}
-
-impl Impl {
-    const fn name(self) -> &'static str {
-        match self {
-            Self::Neqo => "neqo",
-            Self::Msquic => "msquic",
-        }
-    }
-}
+use test_fixtures::{
+    BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, Impl, Server, cargo_build, release_binary, run,
+};
 
 #[derive(Debug, Clone, Copy)]
 struct Pair {

@@ -14,7 +14,7 @@ use std::{
 };
 
 use serde_json::Value;
-use test_fixtures::{Measured, Server, StartError, release_binary, run};
+use test_fixtures::{Impl, Measured, Server, StartError, release_binary, run};
 
 /// Every case the runner knows, in its order.
 pub const ALL: [&str; 21] = [
@@ -49,21 +49,6 @@ const INITIAL_MTU: u64 = 1200;
 
 /// The exit code for a case an endpoint does not support.
 const UNSUPPORTED: i32 = 127;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Impl {
-    Neqo,
-    Msquic,
-}
-
-impl Impl {
-    const fn name(self) -> &'static str {
-        match self {
-            Self::Neqo => "neqo",
-            Self::Msquic => "msquic",
-        }
-    }
-}
 
 /// Client and server.
 pub const PAIRS: [(Impl, Impl); 3] = [
