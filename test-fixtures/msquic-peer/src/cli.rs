@@ -53,6 +53,12 @@ struct ServerArgs {
     /// Idle timeout in seconds (0 disables it).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     idle_timeout: u64,
+    /// How long a handshake may go without hearing from the peer, in seconds (at least 1); also
+    /// how long an unacknowledged packet is retried before the path is given up (at least
+    /// msquic's 16 s).
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    handshake_timeout: u64,
     /// Bidirectional streams a client may have open at once.
     #[arg(long, value_name = "N", default_value_t = 1024,
           value_parser = clap::value_parser!(u16).range(1..))]
@@ -103,6 +109,12 @@ struct ClientArgs {
     /// Idle timeout in seconds (0 disables it).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     idle_timeout: u64,
+    /// How long a handshake may go without hearing from the peer, in seconds (at least 1); also
+    /// how long an unacknowledged packet is retried before the path is given up (at least
+    /// msquic's 16 s).
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    handshake_timeout: u64,
 }
 
 fn parse_url(s: &str) -> Result<Url, String> {
@@ -131,6 +143,7 @@ pub fn main() -> ExitCode {
             cert_key: a.cert.zip(a.key),
             root: a.root,
             idle_timeout_ms: secs_to_ms(a.idle_timeout),
+            handshake_timeout_ms: secs_to_ms(a.handshake_timeout),
             max_streams: a.max_streams,
             retry_always: a.retry_always,
         }),
@@ -147,6 +160,7 @@ pub fn main() -> ExitCode {
             output_dir: a.output_dir,
             json: a.json,
             idle_timeout_ms: secs_to_ms(a.idle_timeout),
+            handshake_timeout_ms: secs_to_ms(a.handshake_timeout),
         }),
     };
     match result {

@@ -308,13 +308,18 @@ pub(crate) unsafe fn connection_close(conn: HQUIC) {
 }
 
 /// Builds the `QUIC_SETTINGS` the peer uses on both sides.
-pub(crate) fn settings(idle_timeout_ms: u64, peer_bidi_streams: Option<u16>) -> ffi::QUIC_SETTINGS {
+pub(crate) fn settings(
+    idle_timeout_ms: u64,
+    handshake_timeout_ms: u64,
+    peer_bidi_streams: Option<u16>,
+) -> ffi::QUIC_SETTINGS {
     // SAFETY: QUIC_SETTINGS is a plain C struct for which all-zero means "nothing set".
     let mut s: ffi::QUIC_SETTINGS = unsafe { std::mem::zeroed() };
     // SAFETY: `IsSet` is the bitfield view of the `IsSetFlags` union; both are plain integers.
     let is_set = unsafe { &mut s.__bindgen_anon_1.IsSet };
     is_set.set_IdleTimeoutMs(1);
     is_set.set_HandshakeIdleTimeoutMs(1);
+    is_set.set_DisconnectTimeoutMs(1);
     // Like secnetperf: the app keeps its buffers alive until SEND_COMPLETE, so
     // msquic does not copy every byte into its own send buffer.
     is_set.set_SendBufferingEnabled(1);
@@ -326,11 +331,18 @@ pub(crate) fn settings(idle_timeout_ms: u64, peer_bidi_streams: Option<u16>) -> 
         is_set.set_PeerBidiStreamCount(1);
     }
     s.IdleTimeoutMs = idle_timeout_ms;
+    // A handshake never outlives the idle timeout (when there is one).
     s.HandshakeIdleTimeoutMs = if idle_timeout_ms == 0 {
-        10_000
+        handshake_timeout_ms
     } else {
-        idle_timeout_ms.min(10_000)
+        handshake_timeout_ms.min(idle_timeout_ms)
     };
+    // How long msquic waits for an ACK before giving the path up (its default 16 s): at
+    // least as long as a handshake may wait, or heavy loss ends the handshake before its
+    // timeout does.
+    s.DisconnectTimeoutMs = u32::try_from(s.HandshakeIdleTimeoutMs.max(16_000))
+        .unwrap_or(600_000)
+        .min(600_000);
     s.set_SendBufferingEnabled(0);
     s.set_EcnEnabled(1);
     if let Some(n) = peer_bidi_streams {

@@ -28,6 +28,8 @@ pub(crate) struct ServerOptions {
     pub(crate) cert_key: Option<(PathBuf, PathBuf)>,
     pub(crate) root: Option<PathBuf>,
     pub(crate) idle_timeout_ms: u64,
+    /// msquic's `HandshakeIdleTimeoutMs`.
+    pub(crate) handshake_timeout_ms: u64,
     /// Bidirectional streams a client may have open at once.
     pub(crate) max_streams: u16,
     /// Send every new client a Retry.
@@ -67,7 +69,11 @@ pub(crate) fn run(opts: &ServerOptions) -> Result<()> {
         .collect();
     let config = Configuration::open(&registration, &alpn_buffers, None)
         .map_err(|e| anyhow!("opening msquic configuration: {}", raw::status_name(e.0)))?;
-    let mut settings = raw::settings(opts.idle_timeout_ms, Some(opts.max_streams));
+    let mut settings = raw::settings(
+        opts.idle_timeout_ms,
+        opts.handshake_timeout_ms,
+        Some(opts.max_streams),
+    );
     raw::offer_resumption(&mut settings);
     raw::apply_settings(&config, &settings).map_err(|e| anyhow!(e))?;
     if opts.retry_always {

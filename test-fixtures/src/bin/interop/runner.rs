@@ -333,12 +333,14 @@ fn server_command(dirs: &Dirs, case: &str, server: Impl, v6: bool) -> Command {
         }
         Impl::Msquic => {
             let mut c = Command::new(release_binary("msquic-peer"));
-            // As run_endpoint.sh's idle timeout, for the same reason.
+            // As run_endpoint.sh's idle and handshake timeouts, for the same reason.
             c.args([
                 "server",
                 "--alpn",
                 "hq-interop",
                 "--idle-timeout",
+                "60",
+                "--handshake-timeout",
                 "60",
                 "--listen",
             ])
@@ -368,10 +370,11 @@ fn client_commands(dirs: &Dirs, case: &str, client: Impl, urls: &[String]) -> Ve
         Impl::Msquic => {
             let one = |urls: &[String], n: usize| {
                 let mut c = Command::new(release_binary("msquic-peer"));
-                // As run_endpoint.sh's idle timeout.
+                // As run_endpoint.sh's idle and handshake timeouts.
                 c.arg("client")
                     .args(urls)
-                    .args(["--insecure", "--idle-timeout", "60", "--output-dir"])
+                    .args(["--insecure", "--idle-timeout", "60"])
+                    .args(["--handshake-timeout", "60", "--output-dir"])
                     .arg(&dirs.downloads)
                     .arg("--json")
                     .arg(dirs.reports.join(format!("client-{n}.json")));
