@@ -40,11 +40,13 @@
 //! ```
 #![warn(missing_docs)]
 
+mod bind;
 mod config;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 mod queue;
 mod recv;
+mod reuseport;
 mod send;
 #[cfg(feature = "tokio")]
 mod socket;
@@ -58,6 +60,9 @@ pub use config::{
 };
 pub use queue::{TransmitHeader, TxQueue};
 pub use recv::{Datagram, Datagrams, RecvBatch, segment_lengths};
+pub use reuseport::{
+    CidSteering, MAX_GROUP_SOCKETS, ReuseportGroup, Steering, bind_reuseport_group,
+};
 pub use send::Sent;
 #[cfg(feature = "tokio")]
 pub use socket::Socket;

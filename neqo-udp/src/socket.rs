@@ -6,10 +6,10 @@ use std::{
     task::{Context, Poll},
 };
 
-use socket2::{Domain, Protocol, Type};
 use tokio::io::Interest;
 
 use crate::{
+    bind::{new_udp_socket, with_context},
     config::{Config, IoMode},
     queue::TxQueue,
     recv::RecvBatch,
@@ -32,10 +32,6 @@ pub struct Socket {
     state: UdpSocketState,
 }
 
-fn with_context(e: io::Error, what: impl std::fmt::Display) -> io::Error {
-    io::Error::new(e.kind(), format!("{what}: {e}"))
-}
-
 impl Socket {
     /// Binds a socket to `addr`. Bound to `[::]` it is dual-stack (IPv4 peers appear as
     /// v4-mapped IPv6 addresses).
@@ -44,15 +40,7 @@ impl Socket {
     /// The bind error (`AddrInUse`, ...) with the address in its message, or a failure to set
     /// the socket options the config needs.
     pub fn bind(addr: SocketAddr, config: Config) -> io::Result<Self> {
-        let sock =
-            socket2::Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
-                .map_err(|e| with_context(e, "creating UDP socket"))?;
-        if let SocketAddr::V6(v6) = addr
-            && v6.ip().is_unspecified()
-        {
-            sock.set_only_v6(false)
-                .map_err(|e| with_context(e, "making the socket dual-stack"))?;
-        }
+        let sock = new_udp_socket(addr)?;
         sock.bind(&addr.into())
             .map_err(|e| with_context(e, format_args!("binding UDP {addr}")))?;
         Self::from_std(sock.into(), config)

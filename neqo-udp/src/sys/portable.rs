@@ -70,6 +70,50 @@ pub(crate) fn new_platform(
     Ok((Platform { state, scratch }, caps))
 }
 
+/// Sets `SO_REUSEPORT` where the platform has it.
+pub(crate) fn set_reuse_port(sock: UdpSockRef<'_>) -> io::Result<()> {
+    #[cfg(all(
+        unix,
+        not(any(
+            target_os = "solaris",
+            target_os = "illumos",
+            target_os = "cygwin",
+            target_os = "nuttx",
+            target_os = "wasi"
+        ))
+    ))]
+    return sock.with_socket2(|s| s.set_reuse_port(true));
+    #[cfg(not(all(
+        unix,
+        not(any(
+            target_os = "solaris",
+            target_os = "illumos",
+            target_os = "cygwin",
+            target_os = "nuttx",
+            target_os = "wasi"
+        ))
+    )))]
+    {
+        let _ = sock;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "SO_REUSEPORT is not available on this platform",
+        ))
+    }
+}
+
+/// The CID steering program is Linux's `SO_ATTACH_REUSEPORT_CBPF`.
+pub(crate) fn attach_cid_steering(
+    _sock: UdpSockRef<'_>,
+    _offset: u8,
+    _count: usize,
+) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "not supported on this platform",
+    ))
+}
+
 pub(crate) fn kernel_drops(_sock: UdpSockRef<'_>) -> io::Result<u64> {
     Ok(0)
 }

@@ -3,7 +3,8 @@
 //! `IP_PKTINFO`/`IPV6_PKTINFO` (local address), `SO_RXQ_OVFL` (kernel drops).
 //!
 //! Everything unsafe in the crate is in this module: socket options here, the syscalls in
-//! `msg`, control messages and addresses in `cmsg`.
+//! `msg`, control messages and addresses in `cmsg`, the `SO_REUSEPORT` steering program in
+//! `reuseport`.
 //!
 //! ICMP errors are not asked for (`IP_RECVERR` stays off): on an unconnected socket the
 //! kernel then never turns one into a pending socket error, so an off-path attacker's
@@ -15,6 +16,7 @@
 
 mod cmsg;
 mod msg;
+mod reuseport;
 
 use std::{
     io, mem,
@@ -23,6 +25,8 @@ use std::{
 };
 
 use bytes::BytesMut;
+
+pub(crate) use reuseport::{attach_cid_steering, set_reuse_port};
 
 use super::{Capabilities, Received, UdpSockRef};
 use crate::{config::Config, recv::SlotMeta, transmit::Transmit};

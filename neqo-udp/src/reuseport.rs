@@ -1,0 +1,242 @@
+//! [`bind_reuseport_group`]: UDP sockets sharing one address with `SO_REUSEPORT`, one per
+//! worker, and (on Linux) a classic BPF program that steers each datagram to the socket of
+//! the worker owning its QUIC connection.
+
+use std::{
+    io,
+    net::{SocketAddr, UdpSocket},
+};
+
+use crate::{
+    bind::{new_udp_socket, with_context},
+    sys::{self, UdpSockRef},
+};
+
+/// Most sockets one group may have: the worker byte has 256 values, so a larger group would
+/// have sockets that steering never picks.
+pub const MAX_GROUP_SOCKETS: usize = 256;
+
+/// Where a datagram's worker index sits: byte `offset` of its QUIC destination connection ID
+/// (DCID).
+///
+/// The steering program reads that byte and picks socket `byte % count` of the group. A
+/// server with `count` workers therefore writes, into every connection ID worker `i` issues,
+/// a byte at `offset` that is congruent to `i` modulo `count` (`i` itself, or `i + count * r`
+/// for a random `r` where that stays below 256). A client's first Initial carries a DCID the
+/// client chose at random: its byte is random too, so new connections spread evenly over the
+/// workers, and the client keeps using that DCID until it learns the server's, so every
+/// datagram of a connection reaches the worker that took it, whatever the client's address
+/// or port (also after it migrates).
+///
+/// Where the datagram has no such byte the kernel falls back to its own 4-tuple hash; see
+/// [`socket_index`](Self::socket_index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CidSteering {
+    /// The worker byte's position in the DCID, counted from its first byte.
+    pub offset: u8,
+}
+
+impl CidSteering {
+    /// Steering on byte `offset` of the DCID.
+    #[must_use]
+    pub const fn new(offset: u8) -> Self {
+        Self { offset }
+    }
+
+    /// The socket the steering program picks, in a group of `count`, for a datagram with
+    /// this UDP payload; `None` where it leaves the choice to the kernel's hash:
+    /// - long header (first byte's top bit set: Initial, 0-RTT, Handshake, Retry, Version
+    ///   Negotiation): the DCID length is byte 5 and the DCID starts at byte 6; a DCID of
+    ///   `offset` bytes or fewer falls back;
+    /// - short header: the DCID starts at byte 1 (its length is the server's own, not on the
+    ///   wire);
+    /// - a datagram too short to hold the byte falls back.
+    ///
+    /// A server may use it to find datagrams that fell back to a worker other than the
+    /// connection's (they can only be datagrams without the byte, which belong to no
+    /// connection yet or are malformed).
+    #[must_use]
+    pub fn socket_index(&self, datagram: &[u8], count: usize) -> Option<usize> {
+        if count == 0 {
+            return None;
+        }
+        let at = if datagram.first()? & 0x80 == 0 {
+            1 + usize::from(self.offset)
+        } else if *datagram.get(5)? > self.offset {
+            6 + usize::from(self.offset)
+        } else {
+            return None;
+        };
+        datagram.get(at).map(|&b| usize::from(b) % count)
+    }
+}
+
+/// How the kernel picks a group's socket for each datagram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Steering {
+    /// The CID steering program is attached: socket `i` receives the datagrams whose worker
+    /// byte is congruent to `i` modulo the group's size (and the kernel hashes the rest).
+    Cid(CidSteering),
+    /// No program: the kernel picks by a hash of the 4-tuple, so a connection's datagrams
+    /// change socket when the client's address or port changes.
+    Hash {
+        /// Why there is no program: none was asked for, the platform has none, or the
+        /// kernel refused it (with its error).
+        reason: String,
+    },
+}
+
+impl Steering {
+    /// Whether the CID steering program is attached.
+    #[must_use]
+    pub const fn is_cid(&self) -> bool {
+        matches!(self, Self::Cid(_))
+    }
+}
+
+/// UDP sockets bound to one address with `SO_REUSEPORT`, in the kernel's group order:
+/// `sockets[i]` is the socket steering picks with index `i`.
+///
+/// The order is bind order, and it holds only while every socket is open: when one closes,
+/// the kernel moves the group's last socket into its place (net/core/sock_reuseport.c,
+/// `__reuseport_detach_sock`), so the indices the program returns then name other sockets.
+/// Keep every socket open for as long as any of them serves.
+#[derive(Debug)]
+pub struct ReuseportGroup {
+    /// The sockets, unconnected and blocking (as std makes them): hand each to
+    /// [`Socket::from_std`](crate::Socket::from_std) or [`UdpSocketState::new`](crate::UdpSocketState::new),
+    /// which configure them.
+    pub sockets: Vec<UdpSocket>,
+    /// How datagrams are spread over them.
+    pub steering: Steering,
+}
+
+impl ReuseportGroup {
+    /// The address all the sockets are bound to.
+    ///
+    /// # Errors
+    /// As `getsockname`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sockets[0].local_addr()
+    }
+}
+
+/// Binds `count` UDP sockets to `addr`, each with `SO_REUSEPORT` set before its bind, so that
+/// the kernel spreads the datagrams arriving at `addr` over them (one socket per worker
+/// thread). With port 0 the first socket's port is used for the rest. Bound to `[::]` they
+/// are dual-stack, as with [`Socket::bind`](crate::Socket::bind).
+///
+/// With `steering`, a classic BPF program is attached to the group after every socket is
+/// bound (`SO_ATTACH_REUSEPORT_CBPF`, Linux) so that each datagram reaches socket
+/// `worker byte % count` (see [`CidSteering`]). If the kernel refuses the program the group
+/// is still returned, with [`Steering::Hash`] and the kernel's error as the reason: the
+/// caller decides whether the 4-tuple hash will do. Other platforms have no program
+/// (`Steering::Hash`, "not supported on this platform"); Apple's and the BSDs' `SO_REUSEPORT`
+/// does not even spread unicast datagrams, so one socket gets them all. Windows has no
+/// `SO_REUSEPORT`: a group of one is a plain socket there, larger ones are refused.
+///
+/// `SO_REUSEPORT` sockets of the same user already bound to `addr` would join the group and
+/// shift its indices; the port must be free of them (as it is with port 0).
+///
+/// # Errors
+/// `InvalidInput` for a `count` of 0 or above [`MAX_GROUP_SOCKETS`]; `Unsupported` for more
+/// than one socket on a platform without `SO_REUSEPORT`; a bind error (`AddrInUse` where a
+/// socket without `SO_REUSEPORT`, or another user's, holds the port) with the address in its
+/// message.
+pub fn bind_reuseport_group(
+    addr: SocketAddr,
+    count: usize,
+    steering: Option<CidSteering>,
+) -> io::Result<ReuseportGroup> {
+    if count == 0 || count > MAX_GROUP_SOCKETS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a SO_REUSEPORT group has 1 to {MAX_GROUP_SOCKETS} sockets, not {count}"),
+        ));
+    }
+    let mut sockets = Vec::with_capacity(count);
+    let mut bind_to = addr;
+    for i in 0..count {
+        let sock = new_udp_socket(bind_to)?;
+        match sys::set_reuse_port(UdpSockRef::from(&sock)) {
+            Ok(()) => {}
+            // A group of one shares nothing.
+            Err(e) if count == 1 && e.kind() == io::ErrorKind::Unsupported => {}
+            Err(e) => {
+                return Err(with_context(
+                    e,
+                    format_args!("setting SO_REUSEPORT for a group of {count} on {addr}"),
+                ));
+            }
+        }
+        sock.bind(&bind_to.into()).map_err(|e| {
+            let hint = if e.kind() == io::ErrorKind::AddrInUse {
+                " (held by a socket without SO_REUSEPORT, or another user's)"
+            } else {
+                ""
+            };
+            with_context(
+                e,
+                format_args!(
+                    "binding UDP {bind_to} with SO_REUSEPORT, socket {} of {count}{hint}",
+                    i + 1
+                ),
+            )
+        })?;
+        if i == 0 {
+            let local = sock.local_addr()?.as_socket().ok_or_else(|| {
+                io::Error::other("a UDP socket's local address is not an IP address")
+            })?;
+            bind_to.set_port(local.port());
+        }
+        sockets.push(UdpSocket::from(sock));
+    }
+    let steering = match steering {
+        None => Steering::Hash {
+            reason: "no steering asked for".into(),
+        },
+        Some(cid) => {
+            match sys::attach_cid_steering(UdpSockRef::from(&sockets[0]), cid.offset, count) {
+                Ok(()) => Steering::Cid(cid),
+                Err(e) => Steering::Hash {
+                    reason: format!("attaching the CID steering program: {e}"),
+                },
+            }
+        }
+    };
+    Ok(ReuseportGroup { sockets, steering })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_index_short_header() {
+        let s = CidSteering::new(2);
+        let p = [0x41, 9, 9, 13, 9, 9];
+        assert_eq!(s.socket_index(&p, 4), Some(1));
+        assert_eq!(s.socket_index(&p, 13), Some(0));
+        assert_eq!(s.socket_index(&p, 1), Some(0));
+        assert_eq!(s.socket_index(&p[..4], 4), Some(1));
+        assert_eq!(s.socket_index(&p[..3], 4), None);
+        assert_eq!(s.socket_index(&[], 4), None);
+        assert_eq!(s.socket_index(&p, 0), None);
+    }
+
+    #[test]
+    fn socket_index_long_header() {
+        let s = CidSteering::new(1);
+        // Initial, version 1, DCID of 4 bytes whose byte 1 is 7.
+        let p = [0xc3, 0, 0, 0, 1, 4, 0xff, 7, 0xff, 0xff, 0];
+        assert_eq!(s.socket_index(&p, 4), Some(3));
+        assert_eq!(s.socket_index(&p, 2), Some(1));
+        assert_eq!(s.socket_index(&p[..8], 4), Some(3));
+        assert_eq!(s.socket_index(&p[..7], 4), None);
+        assert_eq!(s.socket_index(&p[..5], 4), None);
+        let mut one_byte_dcid = p;
+        one_byte_dcid[5] = 1;
+        assert_eq!(s.socket_index(&one_byte_dcid, 4), None);
+        assert_eq!(CidSteering::new(0).socket_index(&one_byte_dcid, 4), Some(3));
+    }
+}
