@@ -15,6 +15,38 @@
 //!   (GRO runs already split) as an owned `BytesMut`, without a copy for large runs.
 //! - [`Transmit`]: a datagram or a GSO run to send, borrowed; [`TxQueue`]: owned transmits
 //!   waiting for the kernel, with a buffer pool, resuming exactly where a send stopped.
+//! - [`bind_reuseport_group`]: one socket per worker thread on one address
+//!   (`SO_REUSEPORT`), with the kernel steering each datagram to its connection's worker by
+//!   a byte of the QUIC destination connection ID ([`CidSteering`], Linux).
+//!
+//! # Worker sockets steered by connection ID
+//!
+//! [`bind_reuseport_group`] binds `count` sockets to one address with `SO_REUSEPORT` and, on
+//! Linux, attaches a classic BPF program to the group (`SO_ATTACH_REUSEPORT_CBPF`). For each
+//! datagram the program reads the byte at [`CidSteering::offset`] of the destination
+//! connection ID (DCID: from byte 6 in a long header, whose byte 5 is its length; from byte 1
+//! in a short header) and returns `byte % count`, the index of the socket to receive it.
+//!
+//! - Why a byte modulo the count: the server writes into every connection ID that worker `i`
+//!   issues a byte congruent to `i` modulo `count`, so each later datagram of the connection
+//!   reaches worker `i`, whatever address or port the client sends from. A client's first
+//!   Initial carries a DCID it chose at random, whose byte is random: new connections spread
+//!   evenly, and the client's further Initials and 0-RTT packets keep that DCID, so they
+//!   follow the first.
+//! - Fall back: where the datagram has no such byte (a long header whose DCID is `offset`
+//!   bytes or shorter, a datagram that ends first), the program returns an index beyond the
+//!   group and the kernel picks by its 4-tuple hash instead (net/core/sock_reuseport.c:
+//!   `run_bpf_filter` gives no socket for `index >= socks`, and `reuseport_select_sock` then
+//!   calls `reuseport_select_sock_by_hash`). [`CidSteering::socket_index`] says in Rust
+//!   what the program decides, so a worker can recognise a datagram the hash brought it.
+//! - Group order: socket `i` of [`ReuseportGroup::sockets`] is index `i`, because the kernel
+//!   keeps a group's sockets in bind order. Closing one moves the group's last socket into
+//!   its place, which renumbers the group, so every socket must stay open as long as any
+//!   serves; other `SO_REUSEPORT` sockets of the same user on the same address would join
+//!   the group too (port 0 avoids both surprises for a fresh group).
+//! - If the kernel refuses the program the group still comes back, with [`Steering::Hash`]
+//!   and the reason; the caller decides whether to go on with the 4-tuple hash. Elsewhere
+//!   there is no program; Windows has no `SO_REUSEPORT` and refuses groups of more than one.
 //!
 //! How errors are handled, so that no peer (or off-path attacker) can make the socket lose
 //! another peer's datagrams, is in [`UdpSocketState::send`]. ICMP errors are not asked for

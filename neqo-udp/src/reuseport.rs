@@ -115,9 +115,12 @@ impl ReuseportGroup {
     /// The address all the sockets are bound to.
     ///
     /// # Errors
-    /// As `getsockname`.
+    /// As `getsockname`; `NotFound` once the sockets were taken out of the group.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.sockets[0].local_addr()
+        self.sockets
+            .first()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the group has no sockets"))?
+            .local_addr()
     }
 }
 
