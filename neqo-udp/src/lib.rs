@@ -44,6 +44,9 @@
 //!   its place, which renumbers the group, so every socket must stay open as long as any
 //!   serves; other `SO_REUSEPORT` sockets of the same user on the same address would join
 //!   the group too (port 0 avoids both surprises for a fresh group).
+//! - A GRO run (datagrams of one 4-tuple the kernel coalesced, on sockets with GRO) is
+//!   steered as a whole by its first datagram: connections that share a client address and
+//!   port may then meet on one worker.
 //! - If the kernel refuses the program the group still comes back, with [`Steering::Hash`]
 //!   and the reason; the caller decides whether to go on with the 4-tuple hash. Elsewhere
 //!   there is no program; Windows has no `SO_REUSEPORT` and refuses groups of more than one.
