@@ -51,7 +51,17 @@ pub struct TransportOptions {
     /// one, the same for every connection so that 0-RTT stays valid, and raises it per
     /// connection from its receive budget.)
     pub receive_window: u64,
+    /// Send a PING when nothing ack-eliciting went out for this long. A client that only
+    /// receives sends nothing but ACKs, and none once the server's packets stop reaching it:
+    /// if its address changed (a NAT rebinding it) just after its last ACK, the server goes
+    /// on sending to the old address and the connection stalls until the idle timeout. The
+    /// PING brings the server the new address.
+    pub keep_alive: Option<Duration>,
 }
+
+/// The client's default [`TransportOptions::keep_alive`]: a stalled path recovers within it,
+/// for one small datagram a second on an idle connection.
+pub const CLIENT_KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 impl Default for TransportOptions {
     fn default() -> Self {
@@ -60,6 +70,7 @@ impl Default for TransportOptions {
             cc: CongestionControl::default(),
             qlog_dir: None,
             receive_window: 64 << 20,
+            keep_alive: None,
         }
     }
 }
@@ -82,6 +93,7 @@ impl TransportOptions {
         t.send_window(32 << 20);
         t.max_concurrent_bidi_streams(VarInt::from_u32(100));
         t.max_concurrent_uni_streams(VarInt::from_u32(0));
+        t.keep_alive_interval(self.keep_alive);
         match self.cc {
             CongestionControl::Newreno => {
                 t.congestion_controller_factory(Arc::new(NewRenoConfig::default()));

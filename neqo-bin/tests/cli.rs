@@ -352,6 +352,13 @@ fn bad_settings_are_refused_at_start() {
         (&["--retry-half-open", "0"], "--retry-half-open"),
         (&["--key-file", short_key], "--key-file"),
         (&["--key-file", below_file], "--key-file"),
+        (&["--workers", "0"], "--workers"),
+        (&["--workers", "257"], "--workers"),
+        (&["--server-id", "zz"], "--server-id"),
+        (&["--server-id", ""], "--server-id"),
+        (&["--server-id", "000000000000000000000000"], "--server-id"),
+        (&["--cid-lifetime", "0"], "--cid-lifetime"),
+        (&["--cid-lifetime", "NaN"], "--cid-lifetime"),
     ];
     let client_only: &[(&[&str], &str)] = &[
         (&["--connections", "0"], "--connections"),
@@ -368,6 +375,9 @@ fn bad_settings_are_refused_at_start() {
         ),
         (&["--alpn", "perf", "--output-dir", "out"], "--output-dir"),
         (&["--output-dir", below_file], "--output-dir"),
+        (&["--keep-alive", "10"], "--keep-alive"),
+        (&["--keep-alive", "-1"], "--keep-alive"),
+        (&["--keep-alive", "0.001"], "--keep-alive"),
     ];
     let server = |args: &[&str]| {
         let mut c = Command::new(SERVER);

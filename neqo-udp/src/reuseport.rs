@@ -126,7 +126,8 @@ impl ReuseportGroup {
 
 /// Binds `count` UDP sockets to `addr`, each with `SO_REUSEPORT` set before its bind, so that
 /// the kernel spreads the datagrams arriving at `addr` over them (one socket per worker
-/// thread). With port 0 the first socket's port is used for the rest. Bound to `[::]` they
+/// thread). A group of one is a plain socket, without `SO_REUSEPORT`, so that nobody else
+/// can bind the port beside it. With port 0 the first socket's port is used for the rest. Bound to `[::]` they
 /// are dual-stack, as with [`Socket::bind`](crate::Socket::bind).
 ///
 /// With `steering`, a classic BPF program is attached to the group after every socket is
@@ -138,14 +139,15 @@ impl ReuseportGroup {
 /// does not even spread unicast datagrams, so one socket gets them all. Windows has no
 /// `SO_REUSEPORT`: a group of one is a plain socket there, larger ones are refused.
 ///
-/// `SO_REUSEPORT` sockets of the same user already bound to `addr` would join the group and
-/// shift its indices; the port must be free of them (as it is with port 0).
+/// The kernel would let the group join `SO_REUSEPORT` sockets of the same user already bound
+/// to `addr` (another server's, say), which would then take part of its datagrams and shift
+/// its indices; so a port that anything holds is refused first, by binding it once without
+/// the option (port 0 needs no such check).
 ///
 /// # Errors
 /// `InvalidInput` for a `count` of 0 or above [`MAX_GROUP_SOCKETS`]; `Unsupported` for more
-/// than one socket on a platform without `SO_REUSEPORT`; a bind error (`AddrInUse` where a
-/// socket without `SO_REUSEPORT`, or another user's, holds the port) with the address in its
-/// message.
+/// than one socket on a platform without `SO_REUSEPORT`; a bind error (`AddrInUse` where any
+/// socket holds the port) with the address in its message.
 pub fn bind_reuseport_group(
     addr: SocketAddr,
     count: usize,
@@ -157,20 +159,30 @@ pub fn bind_reuseport_group(
             format!("a SO_REUSEPORT group has 1 to {MAX_GROUP_SOCKETS} sockets, not {count}"),
         ));
     }
+    if count > 1 && addr.port() != 0 {
+        // Fails while any socket holds the port, with or without SO_REUSEPORT.
+        new_udp_socket(addr)?.bind(&addr.into()).map_err(|e| {
+            with_context(
+                e,
+                format_args!(
+                    "binding UDP {addr} for a SO_REUSEPORT group (something holds the port)"
+                ),
+            )
+        })?;
+    }
     let mut sockets = Vec::with_capacity(count);
     let mut bind_to = addr;
     for i in 0..count {
         let sock = new_udp_socket(bind_to)?;
-        match sys::set_reuse_port(UdpSockRef::from(&sock)) {
-            Ok(()) => {}
-            // A group of one shares nothing.
-            Err(e) if count == 1 && e.kind() == io::ErrorKind::Unsupported => {}
-            Err(e) => {
-                return Err(with_context(
+        // A group of one shares nothing, and without the option a second server on the
+        // port fails to bind instead of silently taking part of its datagrams.
+        if count > 1 {
+            sys::set_reuse_port(UdpSockRef::from(&sock)).map_err(|e| {
+                with_context(
                     e,
                     format_args!("setting SO_REUSEPORT for a group of {count} on {addr}"),
-                ));
-            }
+                )
+            })?;
         }
         sock.bind(&bind_to.into()).map_err(|e| {
             let hint = if e.kind() == io::ErrorKind::AddrInUse {

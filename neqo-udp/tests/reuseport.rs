@@ -22,7 +22,11 @@ fn count_out_of_range_is_refused() {
 fn group_of_one_without_steering() {
     let group = bind_reuseport_group(SocketAddr::new(V4, 0), 1, None).unwrap();
     assert_eq!(group.sockets.len(), 1);
-    assert_ne!(group.local_addr().unwrap().port(), 0);
+    let addr = group.local_addr().unwrap();
+    assert_ne!(addr.port(), 0);
+    // A plain socket: a group of two cannot join it on its port.
+    let e = bind_reuseport_group(addr, 2, None).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
     assert_eq!(
         group.steering,
         Steering::Hash {
@@ -59,6 +63,22 @@ fn port_held_without_reuseport_is_refused() {
         let message = e.to_string();
         assert!(message.contains(&addr.to_string()), "{message}");
         assert!(message.contains("SO_REUSEPORT"), "{message}");
+    }
+}
+
+/// A second group on a port another group holds is refused, not joined to it.
+#[cfg(unix)]
+#[test]
+fn port_held_by_another_group_is_refused() {
+    for ip in [V4, V6] {
+        let first = bind_reuseport_group(SocketAddr::new(ip, 0), 2, None).unwrap();
+        let addr = first.local_addr().unwrap();
+        let e = bind_reuseport_group(addr, 2, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+        assert!(e.to_string().contains(&addr.to_string()), "{e}");
+        drop(first);
+        let again = bind_reuseport_group(addr, 2, None).expect("free again");
+        assert_eq!(again.local_addr().unwrap(), addr);
     }
 }
 

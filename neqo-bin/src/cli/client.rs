@@ -1,16 +1,16 @@
 //! `neqo-client`'s command line.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::bail;
 
 use super::{
-    IoArgs, MAX_REQUESTS, check_alpn, check_count, check_positive, check_stream_bytes,
-    check_writable_dir, parse_size, shutdown_signal, write_json,
+    IoArgs, MAX_REQUESTS, check_alpn, check_count, check_positive, check_seconds,
+    check_stream_bytes, check_writable_dir, parse_size, shutdown_signal, write_json,
 };
 use crate::{
     client::{self, ClientConfig},
-    tls::{ALPN_HQ, ALPN_PERF, CipherSuite, Trust},
+    tls::{self, ALPN_HQ, ALPN_PERF, CipherSuite, TransportOptions, Trust},
 };
 
 /// `neqo-client` flags.
@@ -72,6 +72,11 @@ pub struct ClientArgs {
     /// the first response data arrives.
     #[arg(long)]
     pub key_update: bool,
+    /// Send a PING after this many seconds without an ack-eliciting packet, so that a server
+    /// whose packets stopped reaching us (our address changed) learns the new one (0 turns
+    /// it off; otherwise 0.01 to less than the idle timeout; default 1).
+    #[arg(long, allow_negative_numbers = true)]
+    pub keep_alive: Option<f64>,
     #[command(flatten)]
     pub io: IoArgs,
 }
@@ -87,6 +92,22 @@ const MAX_RATE: f64 = 1e6;
 const DEFAULT_SOCKETS: usize = 16;
 
 impl ClientArgs {
+    /// `--keep-alive`: off at 0; else below the idle timeout, where it would never fire.
+    fn keep_alive(&self) -> anyhow::Result<Option<Duration>> {
+        match self.keep_alive {
+            None => Ok(Some(tls::CLIENT_KEEP_ALIVE)),
+            Some(0.0) => Ok(None),
+            Some(s) => {
+                let idle = self.io.idle_timeout()?.as_secs_f64();
+                let k = check_seconds("--keep-alive", s, 0.01, idle)?;
+                if s >= idle {
+                    bail!("--keep-alive {s}: must be less than the idle timeout ({idle} s)");
+                }
+                Ok(Some(k))
+            }
+        }
+    }
+
     /// Connections in all: `--connections`, or `--concurrency`.
     #[must_use]
     pub fn connections(&self) -> usize {
@@ -107,6 +128,7 @@ impl ClientArgs {
     /// The first bad setting, naming its flag.
     pub fn validate(&self) -> anyhow::Result<()> {
         check_alpn("--alpn", &self.alpn)?;
+        self.keep_alive()?;
         check_positive("-n/--requests", self.requests)?;
         check_count(
             "--concurrency",
@@ -207,7 +229,10 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
         upload: args.upload,
         output_dir: args.output_dir.clone(),
         trust,
-        transport: args.io.transport()?,
+        transport: TransportOptions {
+            keep_alive: args.keep_alive()?,
+            ..args.io.transport()?
+        },
         socket: args.io.socket(),
         pacing: !args.io.no_pacing,
         pacing_timer: args.io.pacing_timer,

@@ -84,7 +84,7 @@ impl IoArgs {
         Ok(())
     }
 
-    fn idle_timeout(&self) -> anyhow::Result<Duration> {
+    pub(super) fn idle_timeout(&self) -> anyhow::Result<Duration> {
         check_seconds(
             "--idle-timeout",
             self.idle_timeout,

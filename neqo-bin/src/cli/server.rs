@@ -6,10 +6,12 @@ use anyhow::bail;
 
 use super::{
     IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn,
-    check_positive, check_seconds, parse_size, shutdown_signal, write_json,
+    check_count, check_positive, check_seconds, parse_size, shutdown_signal, write_json,
 };
 use crate::{
-    server::{Budget, Limits, RetryPolicy, Server, ServerConfig, ServerKeys},
+    server::{
+        Budget, Limits, MAX_WORKERS, RetryPolicy, Server, ServerConfig, ServerId, ServerKeys,
+    },
     tls::{ALPN_HQ, ALPN_PERF, Identity},
 };
 
@@ -70,12 +72,35 @@ pub struct ServerArgs {
     /// Seconds between periodic --stats lines (0.1 to 86400; default 5); needs --stats.
     #[arg(long, allow_negative_numbers = true)]
     pub stats_interval: Option<f64>,
+    /// Worker threads, each with its own socket on every listen address, datagrams steered
+    /// to them by connection ID (1 to 256; default: the cores available, on Linux; 1
+    /// elsewhere, where steering is not available).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// QUIC-LB server ID (1 to 11 bytes in hex, e.g. 0a1b): every connection ID carries it,
+    /// in the clear, so that a QUIC-LB load balancer routes the connection to this server.
+    #[arg(long)]
+    pub server_id: Option<String>,
+    /// Retire each connection ID and give the client a new one after this many seconds
+    /// (0.1 to 86400; default: never).
+    #[arg(long, allow_negative_numbers = true)]
+    pub cid_lifetime: Option<f64>,
     #[command(flatten)]
     pub io: IoArgs,
 }
 
 /// The default `--stats-interval`, in seconds.
 const DEFAULT_STATS_INTERVAL: f64 = 5.0;
+
+/// The default `--workers`: a worker per available core where datagrams can be steered to
+/// workers (Linux), else one.
+fn default_workers() -> usize {
+    if cfg!(target_os = "linux") {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
+    } else {
+        1
+    }
+}
 
 impl ServerArgs {
     /// Refuses settings that cannot work (see [`IoArgs::validate`], which this runs last).
@@ -111,7 +136,46 @@ impl ServerArgs {
             bail!("--stats-interval {s}: only with --stats");
         }
         self.stats_interval()?;
+        self.workers()?;
+        self.cid_lifetime()?;
+        self.server_id()?;
         self.io.validate()
+    }
+
+    /// `--workers`, or the default.
+    fn workers(&self) -> anyhow::Result<usize> {
+        let Some(n) = self.workers else {
+            return Ok(default_workers());
+        };
+        check_count(
+            "--workers",
+            n,
+            MAX_WORKERS,
+            "one connection-ID byte tells them apart",
+        )?;
+        if n > 1 && !cfg!(target_os = "linux") {
+            bail!(
+                "--workers {n}: steering datagrams to workers by connection ID needs Linux; \
+                 use --workers 1"
+            );
+        }
+        Ok(n)
+    }
+
+    fn server_id(&self) -> anyhow::Result<Option<ServerId>> {
+        self.server_id
+            .as_deref()
+            .map(|s| {
+                s.parse()
+                    .map_err(|e: String| anyhow::anyhow!("--server-id {s}: {e}"))
+            })
+            .transpose()
+    }
+
+    fn cid_lifetime(&self) -> anyhow::Result<Option<Duration>> {
+        self.cid_lifetime
+            .map(|s| check_seconds("--cid-lifetime", s, MIN_STATS_INTERVAL, MAX_STATS_INTERVAL))
+            .transpose()
     }
 
     /// The receive budget; its floor kept for `--max-connections` connections if given.
@@ -202,6 +266,9 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         pacing: !args.io.no_pacing,
         pacing_timer: args.io.pacing_timer,
         stats_interval: args.io.stats.then_some(interval),
+        workers: args.workers()?,
+        server_id: args.server_id()?,
+        cid_lifetime: args.cid_lifetime()?,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -90,7 +90,10 @@ impl Default for ClientConfig {
             upload: 0,
             output_dir: None,
             trust: Trust::Nobody,
-            transport: TransportOptions::default(),
+            transport: TransportOptions {
+                keep_alive: Some(tls::CLIENT_KEEP_ALIVE),
+                ..TransportOptions::default()
+            },
             socket: neqo_udp::Config::default(),
             pacing: true,
             pacing_timer: crate::pacer::PacingTimer::default(),

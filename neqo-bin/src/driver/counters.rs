@@ -40,6 +40,30 @@ pub struct DriverCounters {
 }
 
 impl DriverCounters {
+    /// Adds another driver's counts to these (a server's workers): sums, but for the largest
+    /// transmit and the peak, which is the larger of the two (a lower bound of the peak of
+    /// both drivers together).
+    pub fn add(&mut self, other: &Self) {
+        self.accepted += other.accepted;
+        self.refused += other.refused;
+        self.retries += other.retries;
+        self.peak_connections = self.peak_connections.max(other.peak_connections);
+        self.drained += other.drained;
+        self.lost_packets += other.lost_packets;
+        self.transmits += other.transmits;
+        self.max_transmit_datagrams = self
+            .max_transmit_datagrams
+            .max(other.max_transmit_datagrams);
+        self.paced_waits += other.paced_waits;
+        self.io_wakes += other.io_wakes;
+        self.timer_wakes += other.timer_wakes;
+        self.pacing_timer = self.pacing_timer.or(other.pacing_timer);
+        self.tx_ecn.add_counts(&other.tx_ecn);
+        self.rx_ecn.add_counts(&other.rx_ecn);
+        self.path_challenges += other.path_challenges;
+        self.path_responses += other.path_responses;
+    }
+
     /// Adds a connection's path validation frames.
     pub(super) const fn add_paths(&mut self, stats: &quinn_proto::ConnectionStats) {
         self.path_challenges += stats.frame_tx.path_challenge;
@@ -64,6 +88,14 @@ pub struct EcnCounts {
 }
 
 impl EcnCounts {
+    /// Adds `other`'s counts.
+    pub const fn add_counts(&mut self, other: &Self) {
+        self.not_ect += other.not_ect;
+        self.ect0 += other.ect0;
+        self.ect1 += other.ect1;
+        self.ce += other.ce;
+    }
+
     /// Counts `datagrams` marked `ecn`.
     pub(super) fn add(&mut self, ecn: Option<quinn_proto::EcnCodepoint>, datagrams: u64) {
         let slot = match ecn {

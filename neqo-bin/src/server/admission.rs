@@ -15,8 +15,17 @@
 //! few (past [`Limits::retry_half_open`] each new one gets a Retry and is never heard of
 //! again), so the flood takes neither memory nor the slots of clients that can prove their
 //! address.
+//!
+//! The workers of one server share the counts the limits apply to ([`Totals`]): the half-open
+//! and open connections are the server's, not a worker's. Two workers deciding at the same
+//! moment may each take the last slot, so a limit can be exceeded by at most the number of
+//! workers less one. The arrival rate is each worker's own, against its share of
+//! [`Limits::retry_rate`] (new connections are spread evenly over the workers).
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::atomic::{AtomicUsize, Ordering},
+    time::{Duration, Instant},
+};
 
 use quinn_proto::ConnectionHandle;
 
@@ -93,10 +102,57 @@ pub struct AdmissionCounters {
     pub handshake_timeouts: u64,
 }
 
-/// Applies the rules; the one owner of the half-open set.
+/// What the limits count, over all the workers of a server.
+#[derive(Debug, Default)]
+pub(super) struct Totals {
+    /// Connections accepted and not yet drained.
+    open: AtomicUsize,
+    /// The most of them at once.
+    peak_open: AtomicUsize,
+    /// Of them, handshakes in progress.
+    half_open: AtomicUsize,
+    /// The most of those at once.
+    peak_half_open: AtomicUsize,
+}
+
+impl Totals {
+    /// Connections open now, over all workers.
+    pub(super) fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// The most connections open at once.
+    pub(super) fn peak_open(&self) -> usize {
+        self.peak_open.load(Ordering::Relaxed)
+    }
+
+    /// The most handshakes in progress at once.
+    pub(super) fn peak_half_open(&self) -> usize {
+        self.peak_half_open.load(Ordering::Relaxed)
+    }
+
+    fn half_open(&self) -> usize {
+        self.half_open.load(Ordering::Relaxed)
+    }
+}
+
+impl AdmissionCounters {
+    /// Adds another worker's counts (the server's peak comes from [`Totals`]).
+    pub(super) const fn add(&mut self, other: &Self) {
+        self.half_open += other.half_open;
+        self.retries += other.retries;
+        self.refused_half_open += other.refused_half_open;
+        self.refused_full += other.refused_full;
+        self.handshake_timeouts += other.handshake_timeouts;
+    }
+}
+
+/// One worker's gate: applies the rules to the server's [`Totals`]; the one owner of the
+/// worker's half-open set.
 #[derive(Debug)]
 pub(super) struct Gate {
     limits: Limits,
+    totals: std::sync::Arc<Totals>,
     /// Half-open connections and when each times out.
     half_open: IdMap<ConnectionHandle, Instant>,
     /// New connections seen in the current one-second window, and in the one before.
@@ -105,19 +161,22 @@ pub(super) struct Gate {
 }
 
 impl Gate {
-    pub(super) fn new(limits: Limits, now: Instant) -> Self {
+    /// A gate counting into `totals`, shared with the server's other workers.
+    pub(super) fn new(limits: Limits, totals: std::sync::Arc<Totals>, now: Instant) -> Self {
         Self {
             limits,
+            totals,
             half_open: IdMap::default(),
             window: (now, 0, 0),
             counters: AdmissionCounters::default(),
         }
     }
 
-    /// Decides for a new connection, `open` connections existing (half-open ones included).
-    pub(super) fn admit(&mut self, open: usize, validated: bool, now: Instant) -> Decision {
+    /// Decides for a new connection.
+    pub(super) fn admit(&mut self, validated: bool, now: Instant) -> Decision {
         let rate = self.count_arrival(now);
-        let half_open = self.half_open.len();
+        let half_open = self.totals.half_open();
+        let open = self.totals.open();
         let loaded = half_open >= self.limits.retry_half_open || rate > self.limits.retry_rate;
         let retry = match self.limits.retry {
             RetryPolicy::Always => true,
@@ -159,21 +218,40 @@ impl Gate {
         (*current).max(*previous)
     }
 
-    /// A connection was accepted: half-open until [`connected`](Self::connected).
+    /// A connection was accepted: open until [`drained`](Self::drained), half-open until
+    /// [`connected`](Self::connected).
     pub(super) fn accepted(&mut self, ch: ConnectionHandle, now: Instant) {
         self.half_open
             .insert(ch, now + self.limits.handshake_timeout);
         self.counters.peak_half_open = self.counters.peak_half_open.max(self.half_open.len());
+        let open = self.totals.open.fetch_add(1, Ordering::Relaxed) + 1;
+        self.totals.peak_open.fetch_max(open, Ordering::Relaxed);
+        let half_open = self.totals.half_open.fetch_add(1, Ordering::Relaxed) + 1;
+        self.totals
+            .peak_half_open
+            .fetch_max(half_open, Ordering::Relaxed);
     }
 
     /// Its handshake completed.
     pub(super) fn connected(&mut self, ch: ConnectionHandle) {
-        self.half_open.remove(&ch);
+        self.no_longer_half_open(ch);
     }
 
-    /// It is gone (lost or drained), whatever its state.
+    /// It is lost, whatever its state (it stays open until drained).
     pub(super) fn gone(&mut self, ch: ConnectionHandle) {
-        self.half_open.remove(&ch);
+        self.no_longer_half_open(ch);
+    }
+
+    /// It is drained: no longer open.
+    pub(super) fn drained(&mut self, ch: ConnectionHandle) {
+        self.no_longer_half_open(ch);
+        self.totals.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn no_longer_half_open(&mut self, ch: ConnectionHandle) {
+        if self.half_open.remove(&ch).is_some() {
+            self.totals.half_open.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// The half-open connections whose handshake timed out by `now`, no longer tracked.
@@ -185,7 +263,7 @@ impl Gate {
             .map(|(ch, _)| *ch)
             .collect();
         for ch in &expired {
-            self.half_open.remove(ch);
+            self.no_longer_half_open(*ch);
         }
         self.counters.handshake_timeouts += expired.len() as u64;
         expired
@@ -212,19 +290,19 @@ mod tests {
         let mut limits = Limits::default();
         f(&mut limits);
         let now = Instant::now();
-        (Gate::new(limits, now), now)
+        (Gate::new(limits, std::sync::Arc::default(), now), now)
     }
 
     #[test]
     fn never_and_always() {
         let (mut g, now) = gate(|l| l.retry = RetryPolicy::Always);
-        assert_eq!(g.admit(0, false, now), Decision::Retry);
-        assert_eq!(g.admit(0, true, now), Decision::Accept, "a token proves it");
+        assert_eq!(g.admit(false, now), Decision::Retry);
+        assert_eq!(g.admit(true, now), Decision::Accept, "a token proves it");
         let (mut g, now) = gate(|l| {
             l.retry = RetryPolicy::Never;
             l.retry_half_open = 0;
         });
-        assert_eq!(g.admit(0, false, now), Decision::Accept);
+        assert_eq!(g.admit(false, now), Decision::Accept);
         assert_eq!(g.counters().retries, 1 - 1);
     }
 
@@ -232,13 +310,13 @@ mod tests {
     fn auto_retries_once_half_open_connections_pile_up() {
         let (mut g, now) = gate(|l| l.retry_half_open = 3);
         for i in 0..3 {
-            assert_eq!(g.admit(i, false, now), Decision::Accept);
+            assert_eq!(g.admit(false, now), Decision::Accept);
             g.accepted(ConnectionHandle(i), now);
         }
-        assert_eq!(g.admit(3, false, now), Decision::Retry);
-        assert_eq!(g.admit(3, true, now), Decision::Accept);
+        assert_eq!(g.admit(false, now), Decision::Retry);
+        assert_eq!(g.admit(true, now), Decision::Accept);
         g.connected(ConnectionHandle(0));
-        assert_eq!(g.admit(3, false, now), Decision::Accept, "two half-open");
+        assert_eq!(g.admit(false, now), Decision::Accept, "two half-open");
         assert_eq!(g.counters().retries, 1);
         assert_eq!(g.counters().peak_half_open, 3);
     }
@@ -246,15 +324,15 @@ mod tests {
     #[test]
     fn auto_retries_while_the_rate_is_high_and_stops_after() {
         let (mut g, now) = gate(|l| l.retry_rate = 5);
-        let decisions: Vec<Decision> = (0..8).map(|_| g.admit(0, false, now)).collect();
+        let decisions: Vec<Decision> = (0..8).map(|_| g.admit(false, now)).collect();
         assert_eq!(&decisions[..5], &[Decision::Accept; 5]);
         assert_eq!(&decisions[5..], &[Decision::Retry; 3]);
         // The next second still counts the last one's rate...
         let later = now + Duration::from_millis(1500);
-        assert_eq!(g.admit(0, false, later), Decision::Retry);
+        assert_eq!(g.admit(false, later), Decision::Retry);
         // ...and a quiet second after that does not.
         let quiet = later + Duration::from_millis(2500);
-        assert_eq!(g.admit(0, false, quiet), Decision::Accept);
+        assert_eq!(g.admit(false, quiet), Decision::Accept);
     }
 
     #[test]
@@ -266,12 +344,12 @@ mod tests {
         });
         g.accepted(ConnectionHandle(0), now);
         g.accepted(ConnectionHandle(1), now);
-        assert_eq!(g.admit(2, true, now), Decision::RefuseHalfOpen);
+        assert_eq!(g.admit(true, now), Decision::RefuseHalfOpen);
         g.connected(ConnectionHandle(0));
-        assert_eq!(g.admit(2, true, now), Decision::Accept, "one half-open");
+        assert_eq!(g.admit(true, now), Decision::Accept, "one half-open");
         g.accepted(ConnectionHandle(2), now);
         g.connected(ConnectionHandle(2));
-        assert_eq!(g.admit(3, true, now), Decision::RefuseFull);
+        assert_eq!(g.admit(true, now), Decision::RefuseFull);
         let c = g.counters();
         assert_eq!((c.refused_half_open, c.refused_full), (1, 1));
     }
@@ -285,14 +363,47 @@ mod tests {
         g.accepted(ConnectionHandle(0), now);
         g.accepted(ConnectionHandle(1), now);
         for _ in 0..1000 {
-            assert_eq!(g.admit(2, false, now), Decision::Retry);
+            assert_eq!(g.admit(false, now), Decision::Retry);
         }
         assert_eq!(
-            g.admit(2, true, now),
+            g.admit(true, now),
             Decision::Accept,
             "a client with a token"
         );
         assert_eq!(g.counters().retries, 1000);
+    }
+
+    #[test]
+    fn the_limits_count_every_worker_and_drained_connections_free_their_slot() {
+        let totals = std::sync::Arc::new(Totals::default());
+        let limits = Limits {
+            retry: RetryPolicy::Never,
+            max_half_open: 3,
+            max_connections: Some(4),
+            ..Limits::default()
+        };
+        let now = Instant::now();
+        let mut a = Gate::new(limits, totals.clone(), now);
+        let mut b = Gate::new(limits, totals.clone(), now);
+        a.accepted(ConnectionHandle(0), now);
+        a.accepted(ConnectionHandle(1), now);
+        b.accepted(ConnectionHandle(0), now);
+        assert_eq!(b.admit(true, now), Decision::RefuseHalfOpen, "3 over both");
+        a.connected(ConnectionHandle(0));
+        assert_eq!(b.admit(true, now), Decision::Accept);
+        b.accepted(ConnectionHandle(1), now);
+        a.connected(ConnectionHandle(1));
+        assert_eq!(a.admit(true, now), Decision::RefuseFull, "4 open over both");
+        assert_eq!((totals.open(), totals.peak_open()), (4, 4));
+        assert_eq!(totals.peak_half_open(), 3);
+        // A lost connection holds its slot until it is drained; a half-open one is counted
+        // out once only.
+        b.gone(ConnectionHandle(1));
+        assert_eq!(a.admit(true, now), Decision::RefuseFull);
+        b.drained(ConnectionHandle(1));
+        assert_eq!(totals.open(), 3);
+        assert_eq!(totals.half_open(), 1);
+        assert_eq!(a.admit(true, now), Decision::Accept);
     }
 
     #[test]

@@ -5,11 +5,8 @@
 use std::{
     fs::File,
     ops::ControlFlow,
-    path::{Path, PathBuf},
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
+    path::Path,
+    sync::Arc,
     task::{Context, Poll},
     time::Instant,
 };
@@ -19,7 +16,7 @@ use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Incoming, StreamEven
 
 use super::{
     BAD_REQUEST, REFUSED, ServerConfig, ServerReport,
-    admission::{Decision, Gate},
+    admission::{Decision, Gate, Totals},
     budget::Windows,
     configs::QlogConfigs,
 };
@@ -77,6 +74,8 @@ struct FileDone {
 }
 
 pub(super) struct ServerApp {
+    /// The worker this runs on, for its log lines.
+    worker: usize,
     root: Option<Arc<Path>>,
     gate: Gate,
     windows: Windows,
@@ -86,24 +85,25 @@ pub(super) struct ServerApp {
     pub(super) report: ServerReport,
     next_stats: Instant,
     started: Instant,
-    /// [`Driver::open_connections`] after every turn, for
-    /// [`ServerHandle::open_connections`](super::ServerHandle::open_connections).
-    pub(super) open: Arc<AtomicUsize>,
     files: Jobs<FileDone>,
     next_token: u64,
 }
 
 impl ServerApp {
-    /// `root` must be canonical.
+    /// Worker `worker`'s application; `root` must be canonical, and `config` the worker's
+    /// share of the limits ([`ServerConfig::worker_share`]).
     pub(super) fn new(
-        root: Option<PathBuf>,
+        worker: usize,
+        root: Option<Arc<Path>>,
         base: Arc<quinn_proto::ServerConfig>,
         config: ServerConfig,
+        totals: Arc<Totals>,
         now: Instant,
     ) -> Self {
         Self {
-            root: root.map(Arc::from),
-            gate: Gate::new(config.limits, now),
+            worker,
+            root,
+            gate: Gate::new(config.limits, totals, now),
             windows: Windows::new(config.budget),
             qlog: QlogConfigs::new(base, config.transport.clone()),
             config,
@@ -111,7 +111,6 @@ impl ServerApp {
             report: ServerReport::default(),
             next_stats: now,
             started: now,
-            open: Arc::default(),
             files: Jobs::default(),
             next_token: 0,
         }
@@ -121,14 +120,14 @@ impl ServerApp {
 impl Application for ServerApp {
     fn admit(&mut self, open: usize, incoming: &Incoming, now: Instant) -> Admission {
         let remote = incoming.remote_address();
-        match self
-            .gate
-            .admit(open, incoming.remote_address_validated(), now)
-        {
+        match self.gate.admit(incoming.remote_address_validated(), now) {
             Decision::Accept => {}
             Decision::Retry => return Admission::Retry,
             why @ (Decision::RefuseHalfOpen | Decision::RefuseFull) => {
-                tracing::info!("refusing connection from {remote}: {why:?}, {open} open");
+                tracing::info!(
+                    "refusing connection from {remote}: {why:?}, {open} open on worker {}",
+                    self.worker
+                );
                 return Admission::Refuse;
             }
         }
@@ -212,12 +211,14 @@ impl Application for ServerApp {
     }
 
     fn drained(&mut self, ch: ConnectionHandle, _conn: &Connection) {
-        self.gate.gone(ch);
+        self.gate.drained(ch);
         self.windows.released(ch);
         self.conns.remove(&ch);
     }
 
     fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
+        #[cfg(test)]
+        super::worker::tests::maybe_panic(self.worker);
         while let Some(done) = self.files.take() {
             driver.update(done.ch, |conn| self.file_done(conn, done));
         }
@@ -236,8 +237,6 @@ impl Application for ServerApp {
         self.report.admission = self.gate.counters();
         self.report.receive_budget = self.config.budget.bytes;
         self.report.receive_windows = self.windows.granted_bytes();
-        self.open
-            .store(driver.open_connections(), Ordering::Relaxed);
         let expiry = self.gate.next_expiry();
         let Some(interval) = self.config.stats_interval else {
             return expiry;
@@ -247,7 +246,8 @@ impl Application for ServerApp {
                 let mut r = self.report.clone();
                 r.fill(driver, 0);
                 eprintln!(
-                    "neqo-server stats: open connections {}; {}",
+                    "neqo-server stats, worker {}: open connections {}; {}",
+                    self.worker,
                     driver.open_connections(),
                     r.summary()
                 );

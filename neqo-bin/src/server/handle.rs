@@ -1,16 +1,10 @@
 //! [`ServerHandle`]: a server on its own thread, for tests and benches.
 
-use std::{
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
-};
+use std::{net::SocketAddr, sync::Arc};
 
 use rustls::pki_types::CertificateDer;
 
-use super::{Server, ServerConfig, ServerReport};
+use super::{Server, ServerConfig, ServerReport, admission::Totals};
 
 /// A server on its own thread with its own current-thread runtime, for tests and benches.
 #[derive(Debug)]
@@ -19,7 +13,7 @@ pub struct ServerHandle {
     certificate: Vec<CertificateDer<'static>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<anyhow::Result<ServerReport>>>,
-    open: Arc<AtomicUsize>,
+    totals: Arc<Totals>,
 }
 
 impl ServerHandle {
@@ -48,7 +42,7 @@ impl ServerHandle {
                     let _ = ready_tx.send(Ok((
                         server.local_addrs(),
                         server.certificate().to_vec(),
-                        Arc::clone(&server.app.open),
+                        server.totals(),
                     )));
                     server
                         .run(async move {
@@ -58,12 +52,12 @@ impl ServerHandle {
                 })
             })?;
         match ready_rx.recv() {
-            Ok(Ok((addrs, certificate, open))) => Ok(Self {
+            Ok(Ok((addrs, certificate, totals))) => Ok(Self {
                 addrs,
                 certificate,
                 stop: Some(stop),
                 thread: Some(thread),
-                open,
+                totals,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -94,11 +88,11 @@ impl ServerHandle {
         &self.certificate
     }
 
-    /// Connections open now (accepted, not yet drained; per-connection state included), as
-    /// of the server's last turn.
+    /// Connections open now over all workers (accepted, not yet drained; per-connection
+    /// state included).
     #[must_use]
     pub fn open_connections(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
+        self.totals.open()
     }
 
     /// Stops the server and returns its report.

@@ -6,15 +6,17 @@
 //! validates. All come from one secret, through HKDF-SHA256 with a label each, so one secret
 //! never serves two purposes.
 
-use std::{io::Write as _, path::Path, sync::Arc};
+use std::{io::Write as _, path::Path, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, bail};
 use quinn_proto::{
-    EndpointConfig, HashedConnectionIdGenerator,
+    EndpointConfig,
     crypto::{HandshakeTokenKey, HmacKey},
 };
 use rand::RngCore as _;
 use ring::{hkdf, hmac};
+
+use super::cid::CidLayout;
 
 /// Bytes of secret a key file needs at least (and a new one gets).
 pub const MIN_SECRET: usize = 32;
@@ -29,8 +31,8 @@ pub struct ServerKeys {
     pub reset: Arc<dyn HmacKey>,
     /// Seals Retry tokens (quinn-proto's `ServerConfig::token_key`).
     pub token: Arc<dyn HandshakeTokenKey>,
-    /// Keys the connection-ID generator, which signs the IDs it makes.
-    pub cid: u64,
+    /// Signs the connection IDs the server makes ([`CidGenerator`](super::cid::CidGenerator)).
+    pub cid: hmac::Key,
 }
 
 impl std::fmt::Debug for ServerKeys {
@@ -60,24 +62,29 @@ impl ServerKeys {
             .expand(&[b"retry token"], hkdf::HKDF_SHA256)
             .expect("one SHA-256 key is a valid HKDF output length")
             .into();
-        let mut cid = [0u8; 8];
-        prk.expand(&[b"connection id"], Len8)
-            .and_then(|okm| okm.fill(&mut cid))
-            .expect("8 bytes are a valid HKDF output length");
+        let cid: hmac::Key = prk
+            .expand(&[b"connection id"], hmac::HMAC_SHA256)
+            .expect("one HMAC-SHA256 key is a valid HKDF output length")
+            .into();
         Self {
             reset: Arc::new(reset),
             token: Arc::new(token),
-            cid: u64::from_le_bytes(cid),
+            cid,
         }
     }
 
-    /// The endpoint's config with these keys: its stateless-reset key and its connection-ID
-    /// generator.
+    /// The config of worker `worker`'s endpoint: the stateless-reset key, and connection IDs
+    /// in `layout` signed with the key, living `cid_lifetime` each (for ever with `None`).
     #[must_use]
-    pub fn endpoint_config(&self) -> EndpointConfig {
+    pub fn endpoint_config(
+        &self,
+        layout: &CidLayout,
+        worker: usize,
+        cid_lifetime: Option<Duration>,
+    ) -> EndpointConfig {
         let mut config = EndpointConfig::new(self.reset.clone());
-        let cid = self.cid;
-        config.cid_generator(move || Box::new(HashedConnectionIdGenerator::from_key(cid)));
+        let (layout, key) = (layout.clone(), self.cid.clone());
+        config.cid_generator(move || Box::new(layout.generator(worker, key.clone(), cid_lifetime)));
         config
     }
 
@@ -103,15 +110,6 @@ impl ServerKeys {
             );
         }
         Ok(Self::from_secret(&secret))
-    }
-}
-
-/// HKDF output of 8 bytes.
-struct Len8;
-
-impl hkdf::KeyType for Len8 {
-    fn len(&self) -> usize {
-        8
     }
 }
 
@@ -157,8 +155,9 @@ mod tests {
         assert_ne!(reset_token(&a), reset_token(&c));
         assert_eq!(sealed(&a), sealed(&b));
         assert_ne!(sealed(&a), sealed(&c));
-        assert_eq!(a.cid, b.cid);
-        assert_ne!(a.cid, c.cid);
+        let cid_tag = |k: &ServerKeys| hmac::sign(&k.cid, b"a cid").as_ref().to_vec();
+        assert_eq!(cid_tag(&a), cid_tag(&b));
+        assert_ne!(cid_tag(&a), cid_tag(&c));
         assert_ne!(
             reset_token(&ServerKeys::random()),
             reset_token(&ServerKeys::random())

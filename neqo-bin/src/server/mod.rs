@@ -1,45 +1,45 @@
 //! The `hq-interop` and `perf` server.
 //!
-//! - [`Server`]: binds and runs on the caller's runtime; [`ServerHandle`] runs one on its own
-//!   thread.
+//! - [`Server`]: binds and starts its workers, each on a thread of its own; [`ServerHandle`]
+//!   runs one for tests and benches.
 //! - `app`: the [`Application`](crate::driver::Application) answering requests, with files
 //!   read off the driver thread ([`crate::disk`]).
 //! - `admission`: which new connections are taken, retried or refused; half-open ones.
 //! - `budget`: the receive windows, sized so that all together stay within a budget.
 //! - `configs`: the server config of a connection with its own qlog stream.
-//! - `keys`: the stateless-reset and Retry-token keys, from a secret file or random.
+//! - `keys`: the stateless-reset, Retry-token and connection-ID keys, from a secret file or
+//!   random.
+//! - `cid`: the connection IDs: a QUIC-LB server ID and the worker that owns the connection.
+//! - `worker`: the worker threads, each a driver with its own sockets, and their sockets'
+//!   binding and steering.
 //! - [`ServerReport`]: what it did.
 
 mod admission;
 mod app;
 mod budget;
+mod cid;
 mod configs;
 mod handle;
 mod keys;
 mod report;
+mod worker;
 
-use std::{
-    future::Future,
-    net::SocketAddr,
-    path::PathBuf,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use quinn_proto::VarInt;
 use rustls::pki_types::CertificateDer;
 
-use self::app::ServerApp;
+use self::worker::Workers;
 pub use self::{
     admission::{AdmissionCounters, Limits, RetryPolicy},
     budget::{Budget, DEFAULT_BUDGET, MAX_WINDOW, MIN_WINDOW},
+    cid::{CidLayout, MAX_SERVER_ID, MAX_WORKERS, ServerId, quic_lb_server_id},
     handle::ServerHandle,
     keys::{MAX_SECRET, MIN_SECRET, ServerKeys},
-    report::ServerReport,
+    report::{ServerReport, WorkerSummary},
 };
 use crate::{
-    driver::Driver,
     hq,
     tls::{self, ALPN_HQ, ALPN_PERF, Identity, TransportOptions},
 };
@@ -77,6 +77,15 @@ pub struct ServerConfig {
     pub pacing_timer: crate::pacer::PacingTimer,
     /// Print stats to stderr this often.
     pub stats_interval: Option<Duration>,
+    /// Worker threads, each with its own runtime, driver, endpoint and sockets (1 to
+    /// [`MAX_WORKERS`]; more than one needs connection-ID steering, Linux).
+    pub workers: usize,
+    /// The QUIC-LB server ID every connection ID carries, for a load balancer in front of a
+    /// fleet; without one, connection IDs say "unroutable" to such a balancer.
+    pub server_id: Option<ServerId>,
+    /// Each connection ID is retired and replaced after this long; `None`: kept for the
+    /// connection's life.
+    pub cid_lifetime: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -94,23 +103,46 @@ impl Default for ServerConfig {
             pacing: true,
             pacing_timer: crate::pacer::PacingTimer::default(),
             stats_interval: None,
+            workers: 1,
+            server_id: None,
+            cid_lifetime: None,
         }
     }
 }
 
-/// A bound server, ready to [`run`](Self::run).
-#[expect(missing_debug_implementations, reason = "the driver is not Debug")]
+impl ServerConfig {
+    /// What one of `self.workers` workers gets of the limits: the receive budget split evenly
+    /// (its floor kept for a worker's share of the connections), and the arrival rate past
+    /// which it sends Retries, since new connections are spread evenly. The connection and
+    /// half-open limits are counted over all workers instead (`admission::Totals`).
+    fn worker_share(&self) -> Self {
+        let n = self.workers.max(1) as u64;
+        let mut share = self.clone();
+        share.budget = Budget {
+            bytes: self.budget.bytes / n,
+            floor_connections: self.budget.floor_connections.div_ceil(n),
+        };
+        share.limits.retry_rate = self.limits.retry_rate.div_ceil(n as u32).max(1);
+        share
+    }
+}
+
+/// A bound server, ready to [`run`](Self::run): its workers are running, each on its own
+/// thread, and answer from the moment `bind` returns.
+#[derive(Debug)]
 pub struct Server {
-    driver: Driver,
-    app: ServerApp,
+    workers: Workers,
+    addrs: Vec<SocketAddr>,
     certificate: Vec<CertificateDer<'static>>,
 }
 
 impl Server {
-    /// Binds every listen address. Must be called inside a tokio runtime.
+    /// Binds every listen address (with several workers, a socket per worker on each, steered
+    /// by connection ID) and starts the workers. Needs no runtime: each worker makes its own.
     ///
     /// # Errors
-    /// A bind failure (port in use), a missing root, a bad certificate or key.
+    /// A bind failure (port in use), a missing root, a bad certificate or key, a worker
+    /// count that cannot work (steering unavailable), a worker that failed to start.
     pub fn bind(config: ServerConfig) -> anyhow::Result<Self> {
         let root = match &config.root {
             Some(r) => Some(
@@ -126,8 +158,12 @@ impl Server {
         if config.alpns.is_empty() {
             anyhow::bail!("no ALPN to offer");
         }
+        let layout =
+            CidLayout::new(config.server_id.clone(), config.workers).context("--workers")?;
+        // One crypto config for all workers: one session store, so that a client resumes
+        // (and sends 0-RTT) whichever worker it reaches.
         let crypto = tls::server_crypto(&identity, &config.alpns)?;
-        let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto.clone());
+        let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
         // Per-connection qlog streams are made at admission; the shared config has none.
         let shared = TransportOptions {
             qlog_dir: None,
@@ -136,17 +172,21 @@ impl Server {
         };
         server_config.transport_config(Arc::new(shared.transport("server")?));
         server_config.token_key(config.keys.token.clone());
-        let server_config = Arc::new(server_config);
-        let mut sockets = Vec::new();
-        for addr in &config.listen {
-            sockets.push(neqo_udp::Socket::bind(*addr, config.socket.clone())?);
-        }
-        let endpoint = config.keys.endpoint_config();
-        let driver = Driver::server(sockets, endpoint, server_config.clone(), config.pacing)
-            .with_pacing_timer(config.pacing_timer);
+        let sockets = worker::bind(&config.listen, &layout)?;
+        let addrs = sockets.addrs.clone();
+        let workers = Workers::start(
+            sockets,
+            worker::Shared {
+                root: root.map(Arc::from),
+                server_config: Arc::new(server_config),
+                layout,
+                totals: Arc::default(),
+                config,
+            },
+        )?;
         Ok(Self {
-            driver,
-            app: ServerApp::new(root, server_config, config, Instant::now()),
+            workers,
+            addrs,
             certificate: identity.chain,
         })
     }
@@ -154,7 +194,7 @@ impl Server {
     /// The bound addresses (the real ports when binding port 0).
     #[must_use]
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.driver.local_addrs()
+        self.addrs.clone()
     }
 
     /// The certificate chain served.
@@ -163,18 +203,26 @@ impl Server {
         &self.certificate
     }
 
-    /// Serves until `shutdown` completes.
+    /// How datagrams reach the workers.
+    #[must_use]
+    pub fn steering(&self) -> &str {
+        &self.workers.steering
+    }
+
+    /// A view of the connections open now over all workers, for
+    /// [`ServerHandle::open_connections`].
+    fn totals(&self) -> Arc<admission::Totals> {
+        self.workers.totals.clone()
+    }
+
+    /// Serves until `shutdown` completes, then closes every connection and returns the
+    /// workers' reports, added up (and each in [`ServerReport::workers`]).
     ///
     /// # Errors
-    /// A socket failure.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<ServerReport> {
-        self.driver.run(&mut self.app, shutdown).await?;
-        let mut report = self.app.report.clone();
-        let mut live_lost = 0;
-        for (_, conn) in self.driver.connections() {
-            live_lost += conn.stats().path.lost_packets;
-        }
-        report.fill(&self.driver, live_lost);
-        Ok(report)
+    /// A worker that failed or panicked, at once (the others are stopped first): a server
+    /// never goes on with fewer workers than it was started with, since datagrams steered to
+    /// the missing one would be lost.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<ServerReport> {
+        self.workers.run(shutdown).await
     }
 }

@@ -1,7 +1,26 @@
 //! What a server did: [`ServerReport`].
 
-use super::AdmissionCounters;
+use super::{AdmissionCounters, admission::Totals};
 use crate::driver::{Driver, DriverCounters};
+
+/// One worker's share of the work.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WorkerSummary {
+    /// Connections it accepted.
+    pub accepted: u64,
+    /// The most it held at once.
+    pub peak_connections: u64,
+    /// Requests it answered completely.
+    pub requests: u64,
+    /// Response bytes it wrote.
+    pub bytes_sent: u64,
+    /// Datagrams its sockets received.
+    pub rx_datagrams: u64,
+    /// Datagrams its sockets sent.
+    pub tx_datagrams: u64,
+    /// Kernel drops on its sockets.
+    pub kernel_drops: u64,
+}
 
 /// What a server did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -43,14 +62,33 @@ pub struct ServerReport {
     /// Socket statistics.
     #[serde(serialize_with = "crate::report::serialize_stats")]
     pub socket: neqo_udp::Stats,
+    /// How datagrams reached the workers.
+    pub steering: String,
+    /// Each worker's share, in worker order (the rest of the report adds them up).
+    pub workers: Vec<WorkerSummary>,
 }
 
 impl ServerReport {
     /// One line for humans.
     #[must_use]
     pub fn summary(&self) -> String {
+        let mut workers = String::new();
+        if self.workers.len() > 1 {
+            workers.push_str(&format!("\n{}:", self.steering));
+            for (i, w) in self.workers.iter().enumerate() {
+                workers.push_str(&format!(
+                    " [{i}] accepted {} requests {} sent {} B rx {} tx {} drops {}",
+                    w.accepted,
+                    w.requests,
+                    w.bytes_sent,
+                    w.rx_datagrams,
+                    w.tx_datagrams,
+                    w.kernel_drops
+                ));
+            }
+        }
         format!(
-            "receive windows {} of {} B (refused {}), connections accepted {} refused {} (half-open limit {}) retries {} half-open {} (peak {}, timed out {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}",
+            "receive windows {} of {} B (refused {}), connections accepted {} refused {} (half-open limit {}) retries {} half-open {} (peak {}, timed out {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}{workers}",
             self.receive_windows,
             self.receive_budget,
             self.refused_budget,
@@ -69,6 +107,47 @@ impl ServerReport {
             self.lost_packets,
             self.socket
         )
+    }
+
+    /// The server's report from its workers': their counts added up, the peaks over all
+    /// workers at once from `totals`.
+    pub(super) fn merged(workers: Vec<Self>, totals: &Totals, steering: &str) -> Self {
+        let mut all = Self::default();
+        for w in &workers {
+            all.requests += w.requests;
+            all.refused_requests += w.refused_requests;
+            all.bytes_sent += w.bytes_sent;
+            all.bytes_received += w.bytes_received;
+            all.lost_packets += w.lost_packets;
+            all.driver.add(&w.driver);
+            all.admission.add(&w.admission);
+            all.receive_budget += w.receive_budget;
+            all.receive_windows += w.receive_windows;
+            all.refused_budget += w.refused_budget;
+            all.open_connections += w.open_connections;
+            // Process-wide already: the same in every worker's report.
+            all.tls = w.tls;
+            all.socket.accumulate(&w.socket);
+        }
+        all.driver.peak_connections = totals.peak_open() as u64;
+        all.admission.peak_half_open = totals.peak_half_open();
+        all.rx_datagrams_per_syscall = all.socket.rx.datagrams_per_syscall();
+        all.tx_datagrams_per_syscall = all.socket.tx.datagrams_per_syscall();
+        all.kernel_drops = all.socket.kernel_drops;
+        all.steering = steering.to_owned();
+        all.workers = workers
+            .iter()
+            .map(|w| WorkerSummary {
+                accepted: w.driver.accepted,
+                peak_connections: w.driver.peak_connections,
+                requests: w.requests,
+                bytes_sent: w.bytes_sent,
+                rx_datagrams: w.socket.rx.datagrams,
+                tx_datagrams: w.socket.tx.datagrams,
+                kernel_drops: w.socket.kernel_drops,
+            })
+            .collect();
+        all
     }
 
     /// Adds the driver's and the sockets' counters; `live_lost` are the packets lost by

@@ -42,11 +42,31 @@ struct Point {
     failed: Vec<u64>,
 }
 
-fn server_command(server: Impl, json: &JsonFile) -> Command {
-    match server {
+/// A server of the curve: neqo-server with a worker count (`None`: its default), or msquic's.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    server: Impl,
+    workers: Option<usize>,
+}
+
+impl Entry {
+    fn name(self) -> String {
+        match (self.server, self.workers) {
+            (Impl::Neqo, Some(1)) => "neqo, 1 worker".to_owned(),
+            (Impl::Neqo, Some(w)) => format!("neqo, {w} workers"),
+            (server, _) => server.name().to_owned(),
+        }
+    }
+}
+
+fn server_command(entry: Entry, json: &JsonFile) -> Command {
+    match entry.server {
         Impl::Neqo => {
             let mut c = Command::new(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--alpn", "hq-interop"]);
+            if let Some(w) = entry.workers {
+                c.args(["--workers", &w.to_string()]);
+            }
             c.arg("--json").arg(&json.0);
             c
         }
@@ -59,7 +79,7 @@ fn server_command(server: Impl, json: &JsonFile) -> Command {
 }
 
 fn one_run(
-    server: Impl,
+    server: Entry,
     (index, run_no): (usize, usize),
     c: u64,
     bytes: u64,
@@ -159,7 +179,13 @@ fn median(v: &[f64]) -> Option<f64> {
 }
 
 /// Runs the curve and prints its table; returns how many points failed.
-pub(super) fn curve(peers: &Peers, levels: &[u64], bytes: u64, runs: usize) -> usize {
+pub(super) fn curve(
+    peers: &Peers,
+    levels: &[u64],
+    workers: &[Option<usize>],
+    bytes: u64,
+    runs: usize,
+) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let mut out = String::new();
     let _ = writeln!(
@@ -179,9 +205,17 @@ pub(super) fn curve(peers: &Peers, levels: &[u64], bytes: u64, runs: usize) -> u
         eprintln!("compare --curve: cannot run without neqo-client and neqo-server: {why}");
         return 1;
     }
-    servers.push(Impl::Neqo);
+    for &w in workers {
+        servers.push(Entry {
+            server: Impl::Neqo,
+            workers: w,
+        });
+    }
     match &peers.msquic_missing {
-        None => servers.push(Impl::Msquic),
+        None => servers.push(Entry {
+            server: Impl::Msquic,
+            workers: None,
+        }),
         Some(why) => {
             let _ = writeln!(out, "(msquic server skipped: {why})\n");
         }

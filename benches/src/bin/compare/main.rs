@@ -117,6 +117,8 @@ struct Args {
     build: bool,
     /// The many-connection curve at these concurrencies, instead of the pairs.
     curve: Option<Vec<u64>>,
+    /// The curve's neqo-server worker counts (`None`: its default).
+    workers: Vec<Option<usize>>,
 }
 
 /// The curve's concurrencies unless `--concurrency` says otherwise.
@@ -136,14 +138,30 @@ fn parse_levels(v: &str) -> Result<Vec<u64>, String> {
         .collect()
 }
 
+/// `--workers 1,2`: neqo-server's worker counts, 1 to 256 each.
+fn parse_workers(v: &str) -> Result<Vec<Option<usize>>, String> {
+    v.split(',')
+        .map(|w| {
+            w.trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=256).contains(n))
+                .map(Some)
+                .ok_or_else(|| format!("--workers: expected 1..=256 each, got {w:?}"))
+        })
+        .collect()
+}
+
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         runs: None,
         bytes: None,
         build: true,
         curve: None,
+        workers: vec![None],
     };
     let mut levels = None;
+    let mut workers = None;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
@@ -169,9 +187,10 @@ fn parse_args() -> Result<Args, String> {
             "--no-build" => a.build = false,
             "--curve" => a.curve = Some(CURVE_LEVELS.to_vec()),
             "--concurrency" => levels = Some(parse_levels(&value("--concurrency")?)?),
+            "--workers" => workers = Some(parse_workers(&value("--workers")?)?),
             "-h" | "--help" => {
                 println!(
-                    "usage: compare [--runs N] [--bytes B] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--runs N] [--bytes B] [--no-build]"
+                    "usage: compare [--runs N] [--bytes B] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--runs N] [--bytes B] [--no-build]"
                 );
                 std::process::exit(0);
             }
@@ -181,6 +200,11 @@ fn parse_args() -> Result<Args, String> {
     match (levels, &mut a.curve) {
         (Some(l), Some(c)) => *c = l,
         (Some(_), None) => return Err("--concurrency: only with --curve".to_owned()),
+        (None, _) => {}
+    }
+    match (workers, &a.curve) {
+        (Some(w), Some(_)) => a.workers = w,
+        (Some(_), None) => return Err("--workers: only with --curve".to_owned()),
         (None, _) => {}
     }
     Ok(a)
@@ -389,7 +413,7 @@ fn main() -> ExitCode {
     let peers = prepare(args.build);
     if let Some(levels) = &args.curve {
         let bytes = args.bytes.unwrap_or(256 << 20);
-        let failed = curve::curve(&peers, levels, bytes, args.runs.unwrap_or(3));
+        let failed = curve::curve(&peers, levels, &args.workers, bytes, args.runs.unwrap_or(3));
         if failed > 0 {
             eprintln!("compare: {failed} point(s) failed");
             return ExitCode::FAILURE;

@@ -1,0 +1,256 @@
+//! A server of several workers: connections spread over them, each stays on its worker when
+//! its client's address changes, and every connection ID the server issues carries its
+//! QUIC-LB server ID, also after the IDs are rotated.
+
+mod common;
+
+use std::{
+    collections::HashSet,
+    net::{SocketAddr, UdpSocket},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use common::{url, with_deadline};
+use neqo_bin::{
+    client::{self, ClientConfig},
+    server::{ServerConfig, ServerHandle, ServerId, ServerReport, quic_lb_server_id},
+    tls::Trust,
+};
+use neqo_relay::{Impairment, Rebind, Relay, RelayConfig};
+
+fn server_with(workers: usize, f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
+    let mut cfg = ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        workers,
+        ..ServerConfig::default()
+    };
+    f(&mut cfg);
+    ServerHandle::start(cfg).expect("server starts")
+}
+
+fn client_for(server: &ServerHandle, to: SocketAddr, path: &str) -> ClientConfig {
+    ClientConfig::new(url(to, path), Trust::Certs(server.certificate().to_vec()))
+}
+
+fn accepted_per_worker(r: &ServerReport) -> Vec<u64> {
+    r.workers.iter().map(|w| w.accepted).collect()
+}
+
+#[test]
+fn connections_spread_over_both_workers_and_every_byte_arrives() {
+    const BODY: u64 = 300_000;
+    let s = server_with(2, |_| {});
+    let mut c = client_for(&s, s.addr(), &format!("/{BODY}"));
+    c.connections = 64;
+    c.concurrency = 64;
+    c.sockets = 16;
+    c.requests = 2;
+    let r = with_deadline("64 connections", Duration::from_secs(120), move || {
+        client::run(c)
+    })
+    .expect("every request succeeds");
+    assert_eq!(r.connections, 64);
+    assert_eq!(r.failed_requests, 0);
+    assert_eq!(r.bytes_received, 128 * BODY, "every body verified");
+    let sr = s.stop().unwrap();
+    let accepted = accepted_per_worker(&sr);
+    assert_eq!(accepted.len(), 2, "{:?}", sr.workers);
+    assert!(
+        accepted.iter().all(|&a| a > 0),
+        "both workers took connections: {accepted:?}"
+    );
+    assert_eq!(accepted.iter().sum::<u64>(), 64);
+    assert_eq!(sr.driver.accepted, 64, "the report adds the workers up");
+    assert_eq!(sr.requests, 128);
+    assert_eq!(
+        sr.workers.iter().map(|w| w.requests).sum::<u64>(),
+        128,
+        "each worker answered its own connections' requests"
+    );
+    assert!(sr.driver.peak_connections <= 64);
+    assert!(sr.steering.contains("connection ID"), "{}", sr.steering);
+}
+
+#[test]
+fn a_download_stays_on_its_worker_through_nat_rebinding_every_100ms() {
+    const BYTES: u64 = 256 << 20;
+    let s = server_with(2, |_| {});
+    let relay = Relay::start(RelayConfig {
+        rebind: Some(Rebind {
+            every: Duration::from_millis(100),
+            addr: true,
+        }),
+        ..RelayConfig::symmetric(
+            "127.0.0.1:0".parse().unwrap(),
+            s.addr(),
+            Impairment::default(),
+            1,
+        )
+    })
+    .expect("relay starts");
+    let c = client_for(&s, relay.local_addr(), &format!("/{BYTES}"));
+    let result = with_deadline(
+        "256 MiB through rebinding",
+        Duration::from_secs(300),
+        move || client::run(c),
+    );
+    let relay = relay.stop().expect("relay stops");
+    let sr = s.stop().unwrap();
+    let r = result.unwrap_or_else(|e| panic!("{e:#}\n{relay}\n{:?}", sr.workers));
+    assert_eq!(r.bytes_received, BYTES, "byte-exact");
+    assert!(relay.rebinds >= 3, "the client's address changed: {relay}");
+    assert!(
+        sr.driver.path_challenges >= 1,
+        "the server validated the new paths"
+    );
+    // The one connection and every datagram of it stayed on one worker, whatever the
+    // client's address: the other worker received nothing.
+    let (owner, other): (Vec<_>, Vec<_>) = sr.workers.iter().partition(|w| w.accepted == 1);
+    assert_eq!((owner.len(), other.len()), (1, 1), "{:?}", sr.workers);
+    assert_eq!(owner[0].bytes_sent, BYTES);
+    assert_eq!(
+        (other[0].accepted, other[0].rx_datagrams),
+        (0, 0),
+        "{:?}",
+        sr.workers
+    );
+}
+
+/// (first byte, destination connection ID) of a client datagram's first packet.
+type Seen = (u8, Vec<u8>);
+
+/// Forwards one client's datagrams to the server and back, reading the destination
+/// connection ID of every client datagram as a QUIC-LB load balancer would.
+struct Observer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Observer {
+    fn start(server: SocketAddr, short_cid_len: usize) -> Self {
+        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for s in [&front, &back] {
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        }
+        let addr = front.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let client = Arc::new(Mutex::new(None::<SocketAddr>));
+        let (front2, back2) = (front.try_clone().unwrap(), back.try_clone().unwrap());
+        let up = {
+            let (stop, seen, client) = (stop.clone(), seen.clone(), client.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((n, from)) = front.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    *client.lock().unwrap() = Some(from);
+                    let d = &buf[..n];
+                    let dcid = if d[0] & 0x80 != 0 {
+                        let len = usize::from(d[5]);
+                        d[6..6 + len].to_vec()
+                    } else {
+                        d[1..1 + short_cid_len].to_vec()
+                    };
+                    seen.lock().unwrap().push((d[0], dcid));
+                    let _ = back.send_to(d, server);
+                }
+            })
+        };
+        let down = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((n, _)) = back2.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    if let Some(to) = *client.lock().unwrap() {
+                        let _ = front2.send_to(&buf[..n], to);
+                    }
+                }
+            })
+        };
+        Self {
+            addr,
+            stop,
+            threads: vec![up, down],
+            seen,
+        }
+    }
+
+    fn stop(self) -> Vec<Seen> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        std::mem::take(&mut self.seen.lock().unwrap())
+    }
+}
+
+#[test]
+fn every_connection_id_carries_the_quic_lb_server_id_also_after_rotation() {
+    let id: ServerId = "c0ffee".parse().unwrap();
+    // The first octet, the server ID, then the 8-byte nonce.
+    let cid_len = 1 + 3 + 8;
+    let s = server_with(2, |c| {
+        c.server_id = Some(id.clone());
+        c.cid_lifetime = Some(Duration::from_millis(100));
+    });
+    let observer = Observer::start(s.addr(), cid_len);
+    let mut c = client_for(&s, observer.addr, "/16777216");
+    c.requests = 8;
+    let result = with_deadline(
+        "downloads through the observer",
+        Duration::from_secs(120),
+        move || client::run(c),
+    );
+    let seen = observer.stop();
+    s.stop().unwrap();
+    let r = result.expect("the downloads complete");
+    assert_eq!(r.bytes_received, 8 << 24);
+    // The client's first Initial goes to a DCID of its own choosing (and so do its 0-RTT
+    // packets and repeated Initials until the server answers); every other DCID is one the
+    // server issued.
+    let (first, client_chosen) = seen.first().cloned().expect("datagrams seen");
+    assert!(first & 0x80 != 0, "a long header first");
+    let mut issued = HashSet::new();
+    let mut short = HashSet::new();
+    for (b0, dcid) in &seen {
+        if *dcid == client_chosen {
+            assert!(b0 & 0x80 != 0, "only long headers use the client's DCID");
+            continue;
+        }
+        assert_eq!(
+            quic_lb_server_id(dcid, 3),
+            Some(id.as_bytes()),
+            "{dcid:02x?} carries the server ID"
+        );
+        assert_eq!(dcid.len(), cid_len);
+        issued.insert(dcid.clone());
+        if b0 & 0x80 == 0 {
+            short.insert(dcid.clone());
+        }
+    }
+    assert!(
+        short.len() >= 3,
+        "the server rotated its connection IDs (NEW_CONNECTION_ID, Retire Prior To) and the \
+         client followed: {} seen",
+        short.len()
+    );
+    eprintln!(
+        "{} datagrams, {} server-issued connection IDs seen, {} in short headers",
+        seen.len(),
+        issued.len(),
+        short.len()
+    );
+}
