@@ -13,10 +13,14 @@
 //! pacing off (`batched-unpaced`, `single-unpaced`). One server per benchmark function. After
 //! each, a line gives the mean datagrams per syscall of both sides in both directions, the
 //! kernel drops, lost packets, and the process CPU time per MiB, request or connection.
+//!
+//! Download also runs as `tcp+tls`: the baseline QUIC is weighed against, the same 100 MiB
+//! response over TLS 1.3 (rustls, AES-128-GCM) over kernel TCP (`benches::tcp_tls`, blocking,
+//! one thread per side); its line gives the process CPU time per MiB.
 
 use std::time::Duration;
 
-use benches::transfer::{Fixture, Scenario, Unit, label};
+use benches::transfer::{Fixture, Scenario, TCP_TLS, TcpTlsFixture, Unit, label};
 use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
@@ -65,6 +69,20 @@ fn transfer(c: &mut Criterion) {
             // Nothing ran when a command-line filter skipped this benchmark.
             if summary.runs > 0 {
                 println!("{}", summary.line());
+            }
+        }
+        if scenario == Scenario::Download {
+            let mut fixture = TcpTlsFixture::start(workload.bytes)
+                .unwrap_or_else(|e| panic!("starting the TCP+TLS server: {e:#}"));
+            group.bench_function(BenchmarkId::new(scenario.name(), TCP_TLS), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| fixture.run().unwrap_or_else(|e| panic!("{e}")))
+                        .sum()
+                });
+            });
+            if fixture.runs() > 0 {
+                println!("{}", fixture.finish());
             }
         }
     }

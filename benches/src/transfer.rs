@@ -2,6 +2,9 @@
 //! thread and current-thread runtime, one per benchmark function) and `neqo_bin::client::run`
 //! (a new current-thread runtime per run) on 127.0.0.1, with what each run did accumulated so
 //! that a benchmark can say afterwards whether batching happened.
+//!
+//! Beside them, the Download's TCP+TLS baseline ([`TcpTlsFixture`]): the same response from
+//! [`crate::tcp_tls`]'s server (its own thread, a thread per connection) to its client.
 
 use std::{
     fmt::Write as _,
@@ -15,7 +18,7 @@ use neqo_bin::{
 };
 use neqo_udp::{IoMode, Stats};
 
-use crate::cpu;
+use crate::{cpu, tcp_tls};
 
 /// 100 MiB, the size of the Download response and of the Upload.
 pub const MIB_100: u64 = 100 << 20;
@@ -332,6 +335,85 @@ impl Fixture {
     }
 }
 
+/// The benchmark parameter of the TCP+TLS baseline.
+pub const TCP_TLS: &str = "tcp+tls";
+
+/// A TCP+TLS server for the Download benchmark's baseline and the client runs against it.
+#[derive(Debug)]
+pub struct TcpTlsFixture {
+    server: tcp_tls::ServerHandle,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    bytes: u64,
+    runs: u64,
+    cpu: Duration,
+    wall: Duration,
+}
+
+impl TcpTlsFixture {
+    /// Starts the server; each run downloads `bytes`, offering the suites as neqo-client does
+    /// (AES-128-GCM first, so that is the suite).
+    ///
+    /// # Errors
+    /// When the server cannot start.
+    pub fn start(bytes: u64) -> anyhow::Result<Self> {
+        let server = tcp_tls::ServerHandle::start()?;
+        let config = server.client_config(&neqo_bin::tls::CipherSuite::ALL)?;
+        Ok(Self {
+            server,
+            config,
+            bytes,
+            runs: 0,
+            cpu: Duration::ZERO,
+            wall: Duration::ZERO,
+        })
+    }
+
+    /// One download, verified; returns its wall time.
+    ///
+    /// # Errors
+    /// A failed download.
+    pub fn run(&mut self) -> Result<Duration, String> {
+        let name = rustls::pki_types::ServerName::IpAddress(self.server.addr().ip().into());
+        let cpu0 = cpu::process_time();
+        let t0 = Instant::now();
+        let d = tcp_tls::download(
+            self.server.addr(),
+            name,
+            self.bytes,
+            std::sync::Arc::clone(&self.config),
+        )
+        .map_err(|e| format!("{}/{TCP_TLS}: {e}", Scenario::Download.name()))?;
+        let wall = t0.elapsed();
+        self.cpu += cpu::process_time().saturating_sub(cpu0);
+        self.wall += wall;
+        self.runs += 1;
+        debug_assert_eq!(d.bytes_received, self.bytes, "download checks the length");
+        Ok(wall)
+    }
+
+    /// Runs so far.
+    #[must_use]
+    pub const fn runs(&self) -> u64 {
+        self.runs
+    }
+
+    /// Stops the server; returns the line the benchmark prints: runs, what the server
+    /// served, and the process CPU time per MiB (client, server and the bench thread).
+    #[must_use]
+    pub fn finish(self) -> String {
+        let counters = self.server.stop();
+        #[expect(clippy::cast_precision_loss, reason = "a ratio for humans")]
+        let per_mib = self.cpu.as_secs_f64() * 1e3
+            / (self.bytes as f64 / f64::from(1u32 << 20) * self.runs.max(1) as f64);
+        format!(
+            "transfer/{}/{TCP_TLS}: {} runs; server {}; {per_mib:.2} ms CPU per MiB",
+            Scenario::Download.name(),
+            self.runs,
+            counters.summary(),
+        )
+    }
+}
+
 /// The benchmark parameter for an I/O mode and pacing: `batched`, `single-unpaced`, ...
 #[must_use]
 pub fn label(mode: IoMode, pacing: bool) -> String {
@@ -430,6 +512,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_tcp_tls_baseline_downloads_and_sums_up() {
+        let bytes = Scenario::Download.small().bytes;
+        let mut f = TcpTlsFixture::start(bytes).unwrap();
+        f.run().unwrap();
+        f.run().unwrap();
+        assert_eq!(f.runs(), 2);
+        let line = f.finish();
+        assert!(
+            line.starts_with("transfer/1-conn/1-100mb-resp (aka. Download)/tcp+tls: 2 runs;"),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!(
+                "served 2 ({} bytes), refused 0, failed 0",
+                2 * bytes
+            )),
+            "{line}"
+        );
+        assert!(line.contains("ms CPU per MiB"), "{line}");
     }
 
     #[test]
