@@ -32,7 +32,15 @@ use neqo_bin::{
     pattern,
     tls::{self, CipherSuite, Identity, Trust},
 };
-use rustls::{ClientConnection, ServerConnection, pki_types::ServerName};
+use rustls::{
+    ServerConnection,
+    client::UnbufferedClientConnection,
+    pki_types::ServerName,
+    unbuffered::{
+        AppDataRecord, ConnectionState, EncodeError, EncryptError, InsufficientSizeError,
+        UnbufferedStatus,
+    },
+};
 
 /// How long a client has, from being accepted, to complete its handshake and its request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -532,6 +540,10 @@ impl std::error::Error for DownloadError {}
 
 /// Downloads `/size` from `addr` (named `name` for the certificate check) and verifies it.
 ///
+/// With rustls's unbuffered API: the socket is read straight into one buffer, records are
+/// decrypted where they lie and the body is checked there, so no byte is copied after the
+/// kernel's copy (the buffered API copies each record's plaintext twice more).
+///
 /// # Errors
 /// Any failure, and any body that is not exactly `size` pattern bytes.
 pub fn download(
@@ -548,41 +560,117 @@ pub fn download(
         tcp.set_write_timeout(Some(IDLE_TIMEOUT))
     };
     setup().map_err(DownloadError::Connect)?;
-    let mut conn = ClientConnection::new(config, name)
+    let mut conn = UnbufferedClientConnection::new(config, name)
         .map_err(|e| DownloadError::Handshake(io::Error::other(e)))?;
-    let mut io = Io::new(&tcp);
-    while conn.is_handshaking() {
-        conn.complete_io(&mut io)
-            .map_err(DownloadError::Handshake)?;
-    }
-    let handshake = t0.elapsed();
-    let cipher_suite = conn.negotiated_cipher_suite().map_or_else(
-        || "unknown suite".to_owned(),
-        |s| format!("{:?}", s.suite()),
-    );
     let request = hq::request(&format!("/{size}"));
-    let mut tls = rustls::Stream::new(&mut conn, &mut io);
-    let io_error = |received, error| DownloadError::Io { received, error };
-    tls.write_all(request.as_bytes())
-        .and_then(|()| tls.flush())
-        .map_err(|e| io_error(0, e))?;
-    let mut buf = vec![0; READ_BUFFER];
+    let mut incoming = vec![0; READ_BUFFER];
+    let mut used = 0;
+    let mut outgoing = Vec::new();
+    let mut handshake = None;
+    let mut sent = false;
     let mut received = 0u64;
+    // Before the handshake's end a failure is the handshake's, after it the connection's.
+    let fail = |handshake: Option<Duration>, received, error| match handshake {
+        None => DownloadError::Handshake(error),
+        Some(_) => DownloadError::Io { received, error },
+    };
+    let tls_error = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, e);
     loop {
-        let n = match tls.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_error(received, e)),
-        };
-        let data = &buf[..n];
-        if received + n as u64 > size {
-            return Err(DownloadError::Long { expected: size });
+        let UnbufferedStatus { mut discard, state } =
+            conn.process_tls_records(&mut incoming[..used]);
+        let state = state.map_err(|e| fail(handshake, received, tls_error(e)))?;
+        let mut read_more = false;
+        match state {
+            ConnectionState::ReadTraffic(mut records) => {
+                while let Some(record) = records.next_record() {
+                    let AppDataRecord {
+                        discard: d,
+                        payload,
+                    } = record.map_err(|e| fail(handshake, received, tls_error(e)))?;
+                    discard += d;
+                    let n = payload.len() as u64;
+                    if received + n > size {
+                        return Err(DownloadError::Long { expected: size });
+                    }
+                    if let Some(offset) = pattern::first_mismatch(received, payload) {
+                        return Err(DownloadError::Mismatch { offset });
+                    }
+                    received += n;
+                }
+            }
+            ConnectionState::EncodeTlsData(mut state) => {
+                let at = outgoing.len();
+                outgoing.resize(at + 4096, 0);
+                let n = loop {
+                    match state.encode(&mut outgoing[at..]) {
+                        Ok(n) => break n,
+                        Err(EncodeError::InsufficientSize(InsufficientSizeError {
+                            required_size,
+                        })) => outgoing.resize(at + required_size, 0),
+                        Err(e) => return Err(fail(handshake, received, io::Error::other(e))),
+                    }
+                };
+                outgoing.truncate(at + n);
+            }
+            ConnectionState::TransmitTlsData(state) => {
+                (&tcp)
+                    .write_all(&outgoing)
+                    .map_err(|e| fail(handshake, received, e))?;
+                outgoing.clear();
+                state.done();
+            }
+            ConnectionState::BlockedHandshake => read_more = true,
+            ConnectionState::WriteTraffic(mut state) => {
+                if handshake.is_none() {
+                    handshake = Some(t0.elapsed());
+                }
+                if sent {
+                    read_more = true;
+                } else {
+                    let mut out = vec![0; request.len() + 1024];
+                    let n = loop {
+                        match state.encrypt(request.as_bytes(), &mut out) {
+                            Ok(n) => break n,
+                            Err(EncryptError::InsufficientSize(InsufficientSizeError {
+                                required_size,
+                            })) => out.resize(required_size, 0),
+                            Err(e) => return Err(fail(handshake, 0, io::Error::other(e))),
+                        }
+                    };
+                    (&tcp)
+                        .write_all(&out[..n])
+                        .map_err(|e| fail(handshake, 0, e))?;
+                    sent = true;
+                }
+            }
+            ConnectionState::PeerClosed | ConnectionState::Closed => break,
+            _ => {
+                return Err(fail(
+                    handshake,
+                    received,
+                    io::Error::other("unexpected TLS connection state"),
+                ));
+            }
         }
-        if let Some(offset) = pattern::first_mismatch(received, data) {
-            return Err(DownloadError::Mismatch { offset });
+        if discard > 0 {
+            incoming.copy_within(discard..used, 0);
+            used -= discard;
         }
-        received += n as u64;
+        if read_more {
+            if used == incoming.len() {
+                let e = io::Error::other("a TLS message larger than the receive buffer");
+                return Err(fail(handshake, received, e));
+            }
+            match (&tcp).read(&mut incoming[used..]) {
+                Ok(0) => {
+                    let e = io::Error::new(io::ErrorKind::UnexpectedEof, "closed by the server");
+                    return Err(fail(handshake, received, e));
+                }
+                Ok(n) => used += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(fail(handshake, received, e)),
+            }
+        }
     }
     let seconds = t0.elapsed().as_secs_f64();
     if received < size {
@@ -591,11 +679,15 @@ pub fn download(
             expected: size,
         });
     }
+    let cipher_suite = conn.negotiated_cipher_suite().map_or_else(
+        || "unknown suite".to_owned(),
+        |s| format!("{:?}", s.suite()),
+    );
     Ok(Download {
         bytes_received: received,
         bytes_sent: request.len() as u64,
         seconds,
-        handshake,
+        handshake: handshake.unwrap_or_default(),
         cipher_suite,
     })
 }
