@@ -48,6 +48,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long either side waits for the other to take or send anything once the request is in.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a stopping server waits for the connections it is serving to end.
+pub const STOP_WAIT: Duration = Duration::from_secs(5);
+
 /// Connections a server serves at once unless told otherwise; more are reset.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
 
@@ -105,9 +108,25 @@ pub struct Counters {
     pub failed: AtomicU64,
     /// Body bytes sent in full responses.
     pub bytes: AtomicU64,
+    /// Connections being served now (each counted above once it ends).
+    pub open: AtomicUsize,
 }
 
 impl Counters {
+    /// Waits until no connection is being served, at most `within`; whether none is.
+    pub fn wait_idle(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.open.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// `served S (B bytes), refused R, failed F`.
     #[must_use]
     pub fn summary(&self) -> String {
@@ -142,7 +161,6 @@ pub struct Server {
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
     max_connections: usize,
-    open: Arc<AtomicUsize>,
     counters: Arc<Counters>,
 }
 
@@ -169,7 +187,6 @@ impl Server {
             listener,
             config,
             max_connections,
-            open: Arc::default(),
             counters: Arc::default(),
         })
     }
@@ -205,8 +222,9 @@ impl Server {
             if stop.load(Ordering::Acquire) {
                 break;
             }
-            if self.open.fetch_add(1, Ordering::AcqRel) >= self.max_connections {
-                self.open.fetch_sub(1, Ordering::AcqRel);
+            let open = &self.counters.open;
+            if open.fetch_add(1, Ordering::AcqRel) >= self.max_connections {
+                open.fetch_sub(1, Ordering::AcqRel);
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
                     "tcp-tls server: {peer}: refused: {} connections open already",
@@ -215,19 +233,16 @@ impl Server {
                 reset(&tcp);
                 continue;
             }
-            let (config, open, counters) = (
-                Arc::clone(&self.config),
-                Arc::clone(&self.open),
-                Arc::clone(&self.counters),
-            );
+            let (config, counters) = (Arc::clone(&self.config), Arc::clone(&self.counters));
             let spawned = thread::Builder::new()
                 .name(format!("tcp-tls {peer}"))
                 .spawn(move || {
                     serve_logged(&tcp, peer, config, &counters);
-                    open.fetch_sub(1, Ordering::AcqRel);
+                    drop(tcp);
+                    counters.open.fetch_sub(1, Ordering::AcqRel);
                 });
             if let Err(e) = spawned {
-                self.open.fetch_sub(1, Ordering::AcqRel);
+                open.fetch_sub(1, Ordering::AcqRel);
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 eprintln!("tcp-tls server: {peer}: no thread for it: {e}");
             }
@@ -408,7 +423,8 @@ impl ServerHandle {
         &self.counters
     }
 
-    /// Stops accepting (connections being served run on) and returns the counters.
+    /// Stops accepting, waits up to [`STOP_WAIT`] for the connections being served, and
+    /// returns the counters.
     #[must_use]
     pub fn stop(mut self) -> Arc<Counters> {
         self.shut();
@@ -422,6 +438,7 @@ impl ServerHandle {
             if TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).is_ok() {
                 let _ = t.join();
             }
+            self.counters.wait_idle(STOP_WAIT);
         }
     }
 }

@@ -114,7 +114,8 @@ fn server(args: &ServerArgs) -> anyhow::Result<()> {
 }
 
 /// Exits 0 with a summary on SIGTERM or SIGINT (a thread waits for them; every other thread
-/// has them blocked).
+/// has them blocked), once the connections being served have ended or
+/// [`tcp_tls::STOP_WAIT`] has passed.
 #[cfg(unix)]
 fn stop_on_signal(counters: Arc<Counters>) -> anyhow::Result<()> {
     // SAFETY: a zeroed `sigset_t` is storage `sigemptyset` initialises; the set and the
@@ -145,6 +146,9 @@ fn stop_on_signal(counters: Arc<Counters>) -> anyhow::Result<()> {
                     std::io::Error::from_raw_os_error(rc)
                 );
             }
+            // New connections are not served from here on; those being served get a moment
+            // to end, so that the summary counts every response a client has seen end.
+            counters.wait_idle(tcp_tls::STOP_WAIT);
             eprintln!("tcp-tls server: stopping: {}", counters.summary());
             std::process::exit(0);
         })

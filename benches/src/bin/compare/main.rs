@@ -644,3 +644,78 @@ fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
     }
     (out, failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peers(neqo: bool, msquic: bool, tcp_tls: bool) -> Peers {
+        let why = |there: bool, what: &str| (!there).then(|| format!("no {what}"));
+        Peers {
+            neqo_missing: why(neqo, "neqo"),
+            msquic_missing: why(msquic, "msquic"),
+            tcp_tls_missing: why(tcp_tls, "tcp-tls"),
+        }
+    }
+
+    #[test]
+    fn the_reference_comes_first_and_the_baseline_last() {
+        assert!(PAIRS[0].is_neqo_reference());
+        assert_eq!(PAIRS.iter().filter(|p| p.is_neqo_reference()).count(), 1);
+        assert!(matches!(PAIRS.last(), Some(Pair::TcpTls)));
+        assert_eq!(
+            Pair::TcpTls.label(),
+            "| tcp+tls | tcp+tls | kernel TCP | - |"
+        );
+        assert!(!Pair::TcpTls.uses(Impl::Neqo) && !Pair::TcpTls.neqo_server());
+    }
+
+    #[test]
+    fn each_pair_is_skipped_for_what_it_needs() {
+        let only_tcp = peers(false, false, true);
+        for pair in PAIRS {
+            assert_eq!(
+                missing(&only_tcp, pair).is_none(),
+                matches!(pair, Pair::TcpTls),
+                "{pair:?}"
+            );
+        }
+        let no_tcp = peers(true, true, false);
+        for pair in PAIRS {
+            assert_eq!(
+                missing(&no_tcp, pair).as_deref(),
+                matches!(pair, Pair::TcpTls).then_some("no tcp-tls"),
+                "{pair:?}"
+            );
+        }
+        let no_msquic = peers(true, false, true);
+        assert_eq!(
+            PAIRS
+                .iter()
+                .filter(|p| missing(&no_msquic, p).is_some())
+                .count(),
+            PAIRS.iter().filter(|p| p.uses(Impl::Msquic)).count()
+        );
+    }
+
+    #[test]
+    fn with_nothing_to_run_the_table_lists_every_pair_skipped() {
+        let (out, failed) = table(&peers(false, false, false), 1, 1000);
+        assert_eq!(failed, 0);
+        let lines: Vec<&str> = out.lines().collect();
+        let header = lines.iter().find(|l| l.starts_with("| Client")).unwrap();
+        let rule = lines.iter().find(|l| l.starts_with("|---")).unwrap();
+        assert_eq!(header.matches('|').count(), rule.matches('|').count());
+        assert_eq!(header.matches('|').count(), 4 + COLUMNS.len() + 1);
+        assert!(out.contains("- tcp+tls -> tcp+tls: no tcp-tls"), "{out}");
+        assert!(
+            out.contains("- neqo -> neqo (batched, pacing on): no neqo"),
+            "{out}"
+        );
+        assert_eq!(out.matches("\n- ").count(), PAIRS.len(), "{out}");
+        assert!(
+            !out.contains("x TCP+TLS's CPU"),
+            "no ratio without rows: {out}"
+        );
+    }
+}
