@@ -47,7 +47,8 @@ use rustls::{
     },
 };
 
-/// How long a client has, from being accepted, to complete its handshake and its request.
+/// How long a client has, from being accepted, to complete its handshake and its request,
+/// unless the server is told otherwise ([`Server::with_request_timeout`]).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long either side waits for the other to take or send anything once the request is in.
@@ -68,23 +69,42 @@ const READ_BUFFER: usize = 256 * 1024;
 /// `writev`.
 const WRITE_CHUNK: usize = pattern::MAX_SLICE;
 
-/// A TCP stream with buffered reads, for the server's rustls connection.
+/// A TCP stream with buffered reads, for the server's rustls connection, and a deadline for
+/// every read until it is lifted: rustls may read many times within one call (a handshake
+/// trickled in byte by byte), so a timeout per read would not bound the whole.
 struct Io<'a> {
     rd: BufReader<&'a TcpStream>,
     wr: &'a TcpStream,
+    deadline: Option<Instant>,
 }
 
 impl<'a> Io<'a> {
-    fn new(tcp: &'a TcpStream) -> Self {
+    fn new(tcp: &'a TcpStream, deadline: Instant) -> Self {
         Self {
             rd: BufReader::with_capacity(READ_BUFFER, tcp),
             wr: tcp,
+            deadline: Some(deadline),
         }
+    }
+
+    /// No deadline from now on: reads wait [`IDLE_TIMEOUT`] each.
+    fn lift_deadline(&mut self) -> io::Result<()> {
+        self.deadline = None;
+        self.wr.set_read_timeout(Some(IDLE_TIMEOUT))
     }
 }
 
 impl Read for Io<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(deadline) = self.deadline
+            && self.rd.buffer().is_empty()
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.wr.set_read_timeout(Some(left))?;
+        }
         self.rd.read(buf)
     }
 }
@@ -167,6 +187,7 @@ pub struct Server {
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
     max_connections: usize,
+    request_timeout: Duration,
     counters: Arc<Counters>,
 }
 
@@ -193,8 +214,17 @@ impl Server {
             listener,
             config,
             max_connections,
+            request_timeout: REQUEST_TIMEOUT,
             counters: Arc::default(),
         })
+    }
+
+    /// Gives clients `timeout` instead of [`REQUEST_TIMEOUT`] from the accept to the end of
+    /// their request.
+    #[must_use]
+    pub const fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
     }
 
     /// Where it listens.
@@ -240,10 +270,11 @@ impl Server {
                 continue;
             }
             let (config, counters) = (Arc::clone(&self.config), Arc::clone(&self.counters));
+            let timeout = self.request_timeout;
             let spawned = thread::Builder::new()
                 .name(format!("tcp-tls {peer}"))
                 .spawn(move || {
-                    serve_logged(&tcp, peer, config, &counters);
+                    serve_logged(&tcp, peer, (config, timeout), &counters);
                     drop(tcp);
                     counters.open.fetch_sub(1, Ordering::AcqRel);
                 });
@@ -264,10 +295,10 @@ fn reset(tcp: &TcpStream) {
 fn serve_logged(
     tcp: &TcpStream,
     peer: SocketAddr,
-    config: Arc<rustls::ServerConfig>,
+    (config, timeout): (Arc<rustls::ServerConfig>, Duration),
     c: &Counters,
 ) {
-    match serve(tcp, config) {
+    match serve(tcp, config, timeout) {
         Ok(n) => {
             c.served.fetch_add(1, Ordering::Relaxed);
             c.bytes.fetch_add(n, Ordering::Relaxed);
@@ -284,16 +315,21 @@ fn serve_logged(
     }
 }
 
-/// Serves one connection; returns the body bytes sent.
-fn serve(tcp: &TcpStream, config: Arc<rustls::ServerConfig>) -> Result<u64, ServeError> {
-    let deadline = Instant::now() + REQUEST_TIMEOUT;
+/// Serves one connection, its request due within `timeout`; returns the body bytes sent.
+fn serve(
+    tcp: &TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    timeout: Duration,
+) -> Result<u64, ServeError> {
+    let deadline = Instant::now() + timeout;
     tcp.set_nodelay(true)?;
     tcp.set_write_timeout(Some(IDLE_TIMEOUT))?;
     let mut conn = ServerConnection::new(config).map_err(io::Error::other)?;
     conn.set_buffer_limit(Some(WRITE_CHUNK));
-    let mut io = Io::new(tcp);
+    let mut io = Io::new(tcp, deadline);
     let mut tls = rustls::Stream::new(&mut conn, &mut io);
-    let request = read_request(&mut tls, tcp, deadline)?;
+    let request = read_request(&mut tls, timeout)?;
+    tls.sock.lift_deadline()?;
     let size = match hq::parse_request(&request) {
         Ok(Target::Generated(n)) => n,
         Ok(Target::File(path)) => {
@@ -319,26 +355,12 @@ fn serve(tcp: &TcpStream, config: Arc<rustls::ServerConfig>) -> Result<u64, Serv
 
 /// The request: what arrives up to the first `\n` (included) or the client's
 /// `close_notify`, cut short once it is longer than [`hq::MAX_REQUEST`] (which
-/// [`hq::parse_request`] then refuses).
-fn read_request(
-    tls: &mut impl Read,
-    tcp: &TcpStream,
-    deadline: Instant,
-) -> Result<Vec<u8>, ServeError> {
+/// [`hq::parse_request`] then refuses). A read past the transport's deadline (or its read
+/// timeout: `WouldBlock` on Unix) means the client was too slow.
+fn read_request(tls: &mut impl Read, timeout: Duration) -> Result<Vec<u8>, ServeError> {
     let mut request = Vec::new();
     let mut buf = [0; 1024];
     while request.len() <= hq::MAX_REQUEST {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let too_slow = || {
-            ServeError::Refused(format!(
-                "no complete request within {} s",
-                REQUEST_TIMEOUT.as_secs()
-            ))
-        };
-        if left.is_zero() {
-            return Err(too_slow());
-        }
-        tcp.set_read_timeout(Some(left))?;
         let n = match tls.read(&mut buf) {
             Ok(n) => n,
             Err(e)
@@ -347,7 +369,10 @@ fn read_request(
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(too_slow());
+                return Err(ServeError::Refused(format!(
+                    "no complete request within {:?}",
+                    timeout
+                )));
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
@@ -362,7 +387,6 @@ fn read_request(
             break;
         }
     }
-    tcp.set_read_timeout(Some(IDLE_TIMEOUT))?;
     Ok(request)
 }
 

@@ -297,6 +297,7 @@ fn bad_command_lines_are_refused_at_start() {
             "invalid socket address",
         ),
         (&["server", "--max-connections", "0"], "--max-connections"),
+        (&["server", "--request-timeout", "0"], "--request-timeout"),
         (&["server", "--cert", "/nonexistent.pem"], "--key"),
         (
             &[
@@ -366,6 +367,37 @@ fn connections_over_the_limit_are_reset_and_the_slot_comes_back() {
     let s = stop(server);
     assert!(
         s.stderr.contains("refused: 1 connections open already"),
+        "{}",
+        s.stderr
+    );
+}
+
+/// A client that trickles its handshake in a byte at a time, each byte well within any one
+/// read's patience, is cut off at the request deadline all the same, and the server serves
+/// the next client.
+#[test]
+fn a_trickled_handshake_is_cut_off_at_the_request_deadline() {
+    let server = start_server(&["--request-timeout", "1"]);
+    let port = server.addr().port();
+    // The start of a TLS handshake record, then one byte of its body every 50 ms: no read
+    // ever waits long, the record never completes.
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.write_all(&[0x16, 0x03, 0x01, 0x40, 0x00]).unwrap();
+    let cut = (0..1200).any(|_| {
+        thread::sleep(Duration::from_millis(50));
+        slow.write_all(&[0]).is_err()
+    });
+    assert!(cut, "the server kept a trickling client for a minute");
+    let m = client(port, "/10", &["--insecure"]);
+    assert!(m.success(), "{m:?}");
+    let s = stop(server);
+    assert!(
+        s.stderr.contains("refused: no complete request within 1s"),
+        "{}",
+        s.stderr
+    );
+    assert!(
+        summary_says(&s, "served 1 (10 bytes), refused 1"),
         "{}",
         s.stderr
     );

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! tcp-tls server [--listen 127.0.0.1:0] [--cert PEM --key PEM] [--cipher-suite S,...]
-//!                [--max-connections N]
+//!                [--max-connections N] [--request-timeout SECS]
 //! tcp-tls client https://127.0.0.1:PORT/N (--insecure | --ca PEM) [--cipher-suite S,...]
 //!                [--json FILE]
 //! ```
@@ -17,6 +17,7 @@ use std::{
     path::PathBuf,
     process::ExitCode,
     sync::{Arc, atomic::AtomicBool},
+    time::Duration,
 };
 
 use anyhow::{Context as _, bail};
@@ -65,6 +66,11 @@ struct ServerArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS as u32,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     max_connections: u32,
+    /// Seconds a client has, from being accepted, to complete its handshake and request;
+    /// slower ones are reset.
+    #[arg(long, default_value_t = tcp_tls::REQUEST_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    request_timeout: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -104,7 +110,8 @@ fn server(args: &ServerArgs) -> anyhow::Result<()> {
         &identity,
         &suites(&args.cipher_suite),
         args.max_connections as usize,
-    )?;
+    )?
+    .with_request_timeout(Duration::from_secs(args.request_timeout));
     // Before any other thread starts, so that every thread leaves the signals to it.
     stop_on_signal(server.counters())?;
     println!("tcp-tls listening on {}", server.local_addr()?);
