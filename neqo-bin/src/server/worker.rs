@@ -296,8 +296,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub(super) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use super::super::{Server, ServerConfig};
-
     /// The worker that panics at its next turn, for the test below (none: `usize::MAX`).
     pub(in super::super) static PANIC_WORKER: AtomicUsize = AtomicUsize::new(usize::MAX);
 
@@ -311,6 +309,8 @@ pub(super) mod tests {
     #[test]
     #[cfg(target_os = "linux")]
     fn a_worker_that_panics_stops_the_server_with_an_error() {
+        use super::super::{Server, ServerConfig};
+
         let server = Server::bind(ServerConfig {
             listen: vec!["127.0.0.1:0".parse().unwrap()],
             workers: 3,
