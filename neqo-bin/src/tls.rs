@@ -1,6 +1,7 @@
 //! TLS and transport configuration shared by client and server.
 
 use std::{
+    net::SocketAddr,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -9,7 +10,7 @@ use std::{
 use crate::tls_counters::{self, CountingServer, CountingStore};
 use anyhow::{Context as _, bail};
 use quinn_proto::{
-    IdleTimeout, TransportConfig, VarInt,
+    IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt,
     congestion::{BbrConfig, CubicConfig, NewRenoConfig},
     crypto::rustls::{QuicClientConfig, QuicServerConfig},
 };
@@ -57,6 +58,45 @@ pub struct TransportOptions {
     /// on sending to the old address and the connection stalls until the idle timeout. The
     /// PING brings the server the new address.
     pub keep_alive: Option<Duration>,
+    /// `--max-mtu`: the most UDP payload path MTU discovery may probe for (1200 to
+    /// [`MAX_MTU_BOUND`], within the route's MTU; [`mtu_bound`]); `None`: [`DEFAULT_MTU_BOUND`].
+    pub max_mtu: Option<u16>,
+    /// The largest UDP payload path MTU discovery probes up to (quinn-proto's
+    /// `MtuDiscoveryConfig::upper_bound`; it starts at 1200), as [`mtu_bound`] picked it from
+    /// `max_mtu` and the route: the client sets it for its server, the server for its listen
+    /// addresses.
+    pub mtu_upper_bound: u16,
+}
+
+/// The MTU discovery bound where nothing better is known: 1452 bytes of UDP payload fit a
+/// 1500-byte Ethernet MTU over IPv4 and IPv6 (quinn-proto's default).
+pub const DEFAULT_MTU_BOUND: u16 = 1452;
+
+/// The least: every QUIC path carries 1200-byte datagrams (RFC 9000 section 14).
+pub const MIN_MTU_BOUND: u16 = 1200;
+
+/// Most bytes of UDP payload QUIC sends (RFC 9000's `max_udp_payload_size` limit).
+pub const MAX_MTU_BOUND: u16 = 65_527;
+
+/// The bound for path MTU discovery towards `peer`: [`DEFAULT_MTU_BOUND`] unless `max_mtu`
+/// says otherwise, and then `max_mtu` within what the route to `peer` carries where that is
+/// known ([`neqo_udp::max_udp_payload_to`]): `--max-mtu 65527` probes up to the route's MTU,
+/// 8972 bytes on a jumbo-frame interface, 65507 on loopback.
+///
+/// Probing above the path MTU is safe (lost probes only end the search) but not free:
+/// quinn-proto searches by halving from 1200 to the bound, a dozen padded probes per
+/// connection, about 0.5 MB of them up to loopback's 64 KiB, which 500 short connections with
+/// 40 kB responses each could not afford (their clients' receive buffers overflowed). Hence a
+/// default that fits Ethernet, and large datagrams where they are asked for.
+#[must_use]
+pub fn mtu_bound(peer: Option<SocketAddr>, max_mtu: Option<u16>) -> u16 {
+    let Some(max) = max_mtu else {
+        return DEFAULT_MTU_BOUND;
+    };
+    let route = peer
+        .and_then(|p| neqo_udp::max_udp_payload_to(p).ok())
+        .map(|m| u16::try_from(m).unwrap_or(MAX_MTU_BOUND));
+    route.map_or(max, |r| max.min(r)).max(MIN_MTU_BOUND)
 }
 
 /// The client's default [`TransportOptions::keep_alive`]: a stalled path recovers within it,
@@ -71,6 +111,8 @@ impl Default for TransportOptions {
             qlog_dir: None,
             receive_window: 64 << 20,
             keep_alive: None,
+            max_mtu: None,
+            mtu_upper_bound: DEFAULT_MTU_BOUND,
         }
     }
 }
@@ -94,6 +136,9 @@ impl TransportOptions {
         t.max_concurrent_bidi_streams(VarInt::from_u32(100));
         t.max_concurrent_uni_streams(VarInt::from_u32(0));
         t.keep_alive_interval(self.keep_alive);
+        let mut mtud = MtuDiscoveryConfig::default();
+        mtud.upper_bound(self.mtu_upper_bound);
+        t.mtu_discovery_config(Some(mtud));
         match self.cc {
             CongestionControl::Newreno => {
                 t.congestion_controller_factory(Arc::new(NewRenoConfig::default()));

@@ -337,6 +337,9 @@ fn bad_settings_are_refused_at_start() {
         (&["--alpn", "h3"], "--alpn"),
         (&["--alpn", ""], "--alpn"),
         (&["--alpn", &long_alpn], "--alpn"),
+        (&["--max-mtu", "1199"], "--max-mtu"),
+        (&["--max-mtu", "65528"], "--max-mtu"),
+        (&["--max-mtu", "99999999999"], "--max-mtu"),
     ];
     let server_only: &[(&[&str], &str)] = &[
         (&["--alpn", "hq-interop,h3"], "--alpn"),

@@ -79,6 +79,7 @@ mod bind;
 mod config;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
+mod path_mtu;
 mod queue;
 mod recv;
 mod reuseport;
@@ -93,6 +94,7 @@ mod transmit;
 pub use config::{
     Config, DEFAULT_BATCH_SIZE, DEFAULT_SOCKET_BUFFER, IoMode, MAX_BATCH_SIZE, RECV_SLOT_SIZE,
 };
+pub use path_mtu::max_udp_payload_to;
 pub use queue::{TransmitHeader, TxQueue};
 pub use recv::{Datagram, Datagrams, RecvBatch, segment_lengths};
 pub use reuseport::{

@@ -38,6 +38,11 @@ pub struct IoArgs {
     /// Idle timeout in seconds (0.001 to 86400).
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     pub idle_timeout: f64,
+    /// The most UDP payload path MTU discovery probes for (1200 to 65527 bytes; default 1452,
+    /// which fits Ethernet), within what the route to the peer carries (the client) or to a
+    /// loopback listen address (the server): 65527 means as much as the route carries.
+    #[arg(long)]
+    pub max_mtu: Option<u64>,
     /// Write one qlog file per connection here (created at start; must be writable).
     #[arg(long)]
     pub qlog_dir: Option<PathBuf>,
@@ -75,6 +80,7 @@ impl IoArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         check_batch_size(self.batch_size)?;
         self.idle_timeout()?;
+        self.max_mtu()?;
         if let Some(dir) = &self.qlog_dir {
             check_writable_dir("--qlog-dir", dir)?;
         }
@@ -82,6 +88,19 @@ impl IoArgs {
             check_writable_file("--json", path)?;
         }
         Ok(())
+    }
+
+    fn max_mtu(&self) -> anyhow::Result<Option<u16>> {
+        let Some(m) = self.max_mtu else {
+            return Ok(None);
+        };
+        let (lo, hi) = (crate::tls::MIN_MTU_BOUND, crate::tls::MAX_MTU_BOUND);
+        match u16::try_from(m) {
+            Ok(m) if (lo..=hi).contains(&m) => Ok(Some(m)),
+            _ => anyhow::bail!(
+                "--max-mtu {m}: must be between {lo} (what every QUIC path carries) and {hi} bytes"
+            ),
+        }
     }
 
     pub(super) fn idle_timeout(&self) -> anyhow::Result<Duration> {
@@ -112,6 +131,7 @@ impl IoArgs {
     pub fn transport(&self) -> anyhow::Result<TransportOptions> {
         Ok(TransportOptions {
             idle_timeout: self.idle_timeout()?,
+            max_mtu: self.max_mtu()?,
             cc: self.cc,
             qlog_dir: self.qlog_dir.clone(),
             ..TransportOptions::default()

@@ -186,7 +186,7 @@ pub async fn run_async(config: ClientConfig) -> anyhow::Result<ClientReport> {
 /// # Errors
 /// As [`run_report`].
 pub async fn run_until(
-    config: ClientConfig,
+    mut config: ClientConfig,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<ClientReport> {
     let Some(first) = config.urls.first() else {
@@ -212,6 +212,7 @@ pub async fn run_until(
         .await??;
     }
     let crypto = tls::client_crypto_with(&config.trust, &config.alpn, &config.cipher_suites)?;
+    config.transport.mtu_upper_bound = tls::mtu_bound(Some(remote), config.transport.max_mtu);
     let local: SocketAddr = if remote.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {

@@ -37,6 +37,9 @@ pub struct DriverCounters {
     pub path_challenges: u64,
     /// PATH_RESPONSE frames the connections received: probes answered.
     pub path_responses: u64,
+    /// The largest UDP payload any connection's path MTU discovery reached (quinn-proto's
+    /// `current_mtu`): 1200 until a probe of a larger size is acknowledged.
+    pub max_path_mtu: u16,
 }
 
 impl DriverCounters {
@@ -62,12 +65,14 @@ impl DriverCounters {
         self.rx_ecn.add_counts(&other.rx_ecn);
         self.path_challenges += other.path_challenges;
         self.path_responses += other.path_responses;
+        self.max_path_mtu = self.max_path_mtu.max(other.max_path_mtu);
     }
 
-    /// Adds a connection's path validation frames.
-    pub(super) const fn add_paths(&mut self, stats: &quinn_proto::ConnectionStats) {
+    /// Adds a connection's path validation frames and its path MTU.
+    pub(super) fn add_paths(&mut self, stats: &quinn_proto::ConnectionStats) {
         self.path_challenges += stats.frame_tx.path_challenge;
         self.path_responses += stats.frame_rx.path_response;
+        self.max_path_mtu = self.max_path_mtu.max(stats.path.current_mtu);
     }
 }
 

@@ -64,6 +64,12 @@ use scheduler::Scheduler;
 /// gives up on them.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
+/// The largest UDP payload a receive slot holds, and the largest QUIC allows.
+const MAX_RECV_PAYLOAD: u16 = {
+    assert!(neqo_udp::RECV_SLOT_SIZE >= 65_527);
+    65_527
+};
+
 /// Capacity of a transmit buffer: one full GSO run.
 const TX_BUF: usize = neqo_udp::MAX_UDP_PAYLOAD + 1500;
 
@@ -158,6 +164,12 @@ impl Driver {
         server_config: Option<Arc<ServerConfig>>,
         pacing: bool,
     ) -> Self {
+        let mut endpoint = endpoint;
+        // What the sockets' receive slots hold, as the transport parameter tells the peer: its
+        // path MTU discovery may then probe up to what the path carries.
+        endpoint
+            .max_udp_payload_size(MAX_RECV_PAYLOAD)
+            .expect("within quinn-proto's bounds");
         let endpoint = Endpoint::new(Arc::new(endpoint), server_config, true, None);
         let paths = datapaths
             .into_iter()

@@ -127,6 +127,17 @@ impl ServerConfig {
     }
 }
 
+/// The server's bound for path MTU discovery ([`tls::mtu_bound`]), the smallest over its
+/// listen addresses: a loopback address's within what loopback carries; an address that can
+/// reach other hosts has the route of no one peer in particular, so `max_mtu` as given.
+fn listen_mtu_bound(listen: &[SocketAddr], max_mtu: Option<u16>) -> u16 {
+    listen
+        .iter()
+        .map(|a| tls::mtu_bound(a.ip().is_loopback().then_some(*a), max_mtu))
+        .min()
+        .unwrap_or(tls::DEFAULT_MTU_BOUND)
+}
+
 /// A bound server, ready to [`run`](Self::run): its workers are running, each on its own
 /// thread, and answer from the moment `bind` returns.
 #[derive(Debug)]
@@ -164,6 +175,9 @@ impl Server {
         // (and sends 0-RTT) whichever worker it reaches.
         let crypto = tls::server_crypto(&identity, &config.alpns)?;
         let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
+        let mut config = config;
+        config.transport.mtu_upper_bound =
+            listen_mtu_bound(&config.listen, config.transport.max_mtu);
         // Per-connection qlog streams are made at admission; the shared config has none.
         let shared = TransportOptions {
             qlog_dir: None,

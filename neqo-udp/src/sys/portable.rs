@@ -114,6 +114,13 @@ pub(crate) fn attach_cid_steering(
     ))
 }
 
+pub(crate) fn route_mtu(_sock: UdpSockRef<'_>, _v6: bool) -> io::Result<usize> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the route's MTU is not known on this platform",
+    ))
+}
+
 pub(crate) fn kernel_drops(_sock: UdpSockRef<'_>) -> io::Result<u64> {
     Ok(0)
 }

@@ -24,6 +24,11 @@ impl Netns {
         ]);
     }
 
+    /// Sets the loopback device's MTU.
+    pub fn set_loopback_mtu(&self, mtu: u32) {
+        self.exec(&["ip", "link", "set", "lo", "mtu", &mtu.to_string()]);
+    }
+
     fn exec(&self, args: &[&str]) {
         let mut all = vec!["ip", "netns", "exec", &self.0];
         all.extend_from_slice(args);

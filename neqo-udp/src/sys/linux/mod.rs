@@ -142,6 +142,18 @@ fn configure(sock: UdpSockRef<'_>, want_gso: bool, want_gro: bool) -> io::Result
     Ok(Capabilities { gso_segments, gro })
 }
 
+/// The MTU of the route a connected socket's datagrams take (`IP_MTU`, `IPV6_MTU`): the
+/// outgoing interface's, or a smaller path MTU the kernel has learned for the destination.
+pub(crate) fn route_mtu(sock: UdpSockRef<'_>, v6: bool) -> io::Result<usize> {
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let mtu = get_opt(sock.fd, level, name)?;
+    usize::try_from(mtu).map_err(|_| io::Error::other(format!("a route MTU of {mtu}")))
+}
+
 /// The kernel's count of datagrams dropped on this socket (`SO_MEMINFO`'s `SK_MEMINFO_DROPS`).
 pub(crate) fn kernel_drops(sock: UdpSockRef<'_>) -> io::Result<u64> {
     // SK_MEMINFO_VARS: the drops counter is the last of the nine.
