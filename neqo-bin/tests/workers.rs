@@ -1,6 +1,9 @@
 //! A server of several workers: connections spread over them, each stays on its worker when
 //! its client's address changes, and every connection ID the server issues carries its
-//! QUIC-LB server ID, also after the IDs are rotated.
+//! QUIC-LB server ID, also after the IDs are rotated. The spreading and rebinding tests run
+//! twice: with the default steering (the kernel's program, on Linux) and with
+//! `Steering::Channel` forced, the dispatcher that other platforms get, so that CI on Linux
+//! covers it too.
 
 mod common;
 
@@ -18,7 +21,7 @@ use std::{
 use common::{url, with_deadline};
 use neqo_bin::{
     client::{self, ClientConfig},
-    server::{ServerConfig, ServerHandle, ServerId, ServerReport, quic_lb_server_id},
+    server::{ServerConfig, ServerHandle, ServerId, ServerReport, Steering, quic_lb_server_id},
     tls::Trust,
 };
 use neqo_relay::{Impairment, Rebind, Relay, RelayConfig};
@@ -41,10 +44,11 @@ fn accepted_per_worker(r: &ServerReport) -> Vec<u64> {
     r.workers.iter().map(|w| w.accepted).collect()
 }
 
-#[test]
-fn connections_spread_over_both_workers_and_every_byte_arrives() {
+/// 64 connections over 2 workers steered by `steering`: every byte arrives, both workers take
+/// connections and the report adds them up.
+fn connections_spread_over_both_workers(steering: Steering) -> ServerReport {
     const BODY: u64 = 300_000;
-    let s = server_with(2, |_| {});
+    let s = server_with(2, |c| c.steering = steering);
     let mut c = client_for(&s, s.addr(), &format!("/{BODY}"));
     c.connections = 64;
     c.concurrency = 64;
@@ -74,12 +78,50 @@ fn connections_spread_over_both_workers_and_every_byte_arrives() {
     );
     assert!(sr.driver.peak_connections <= 64);
     assert!(sr.steering.contains("connection ID"), "{}", sr.steering);
+    sr
 }
 
 #[test]
-fn a_download_stays_on_its_worker_through_nat_rebinding_every_100ms() {
-    const BYTES: u64 = 256 << 20;
-    let s = server_with(2, |_| {});
+fn connections_spread_over_both_workers_and_every_byte_arrives() {
+    let sr = connections_spread_over_both_workers(Steering::Auto);
+    if cfg!(target_os = "linux") {
+        assert!(sr.steering.contains("BPF"), "{}", sr.steering);
+        assert!(sr.dispatch.is_none());
+    }
+}
+
+#[test]
+fn connections_spread_over_both_workers_through_the_dispatcher() {
+    let sr = connections_spread_over_both_workers(Steering::Channel);
+    assert!(sr.steering.contains("dispatcher"), "{}", sr.steering);
+    let d = sr.dispatch.as_ref().expect("the dispatcher's report");
+    assert_eq!(d.capacity, neqo_bin::server::CHANNEL_CAPACITY);
+    assert_eq!((d.datagrams.len(), d.dropped.len()), (2, 2));
+    for (i, w) in sr.workers.iter().enumerate() {
+        // What a worker received came from its channel; a few may still have been in it at
+        // the stop.
+        assert!(w.rx_datagrams > 0, "{:?}", sr.workers);
+        assert!(d.datagrams[i] >= w.rx_datagrams, "{d:?} {:?}", sr.workers);
+        assert_eq!(w.dispatch_dropped, d.dropped[i]);
+        assert_eq!(w.kernel_drops, 0, "the dispatcher's socket counts those");
+    }
+    // The listening socket's receive side is the dispatcher's: every datagram it handed over
+    // or dropped, it received.
+    assert_eq!(
+        sr.socket.rx.datagrams,
+        d.datagrams.iter().sum::<u64>() + d.dropped.iter().sum::<u64>()
+    );
+    assert_eq!(sr.kernel_drops, d.socket.kernel_drops);
+}
+
+/// A download of `bytes` through `neqo-relay` giving the client a new address every 100 ms,
+/// from a server of 2 workers steered by `steering`: it completes byte-exact on one worker,
+/// and the other receives nothing.
+fn a_download_stays_on_its_worker_through_rebinding(
+    steering: Steering,
+    bytes: u64,
+) -> ServerReport {
+    let s = server_with(2, |c| c.steering = steering);
     let relay = Relay::start(RelayConfig {
         rebind: Some(Rebind {
             every: Duration::from_millis(100),
@@ -93,16 +135,16 @@ fn a_download_stays_on_its_worker_through_nat_rebinding_every_100ms() {
         )
     })
     .expect("relay starts");
-    let c = client_for(&s, relay.local_addr(), &format!("/{BYTES}"));
+    let c = client_for(&s, relay.local_addr(), &format!("/{bytes}"));
     let result = with_deadline(
-        "256 MiB through rebinding",
+        "a download through rebinding",
         Duration::from_secs(300),
         move || client::run(c),
     );
     let relay = relay.stop().expect("relay stops");
     let sr = s.stop().unwrap();
     let r = result.unwrap_or_else(|e| panic!("{e:#}\n{relay}\n{:?}", sr.workers));
-    assert_eq!(r.bytes_received, BYTES, "byte-exact");
+    assert_eq!(r.bytes_received, bytes, "byte-exact");
     assert!(relay.rebinds >= 3, "the client's address changed: {relay}");
     assert!(
         sr.driver.path_challenges >= 1,
@@ -112,12 +154,30 @@ fn a_download_stays_on_its_worker_through_nat_rebinding_every_100ms() {
     // client's address: the other worker received nothing.
     let (owner, other): (Vec<_>, Vec<_>) = sr.workers.iter().partition(|w| w.accepted == 1);
     assert_eq!((owner.len(), other.len()), (1, 1), "{:?}", sr.workers);
-    assert_eq!(owner[0].bytes_sent, BYTES);
+    assert_eq!(owner[0].bytes_sent, bytes);
     assert_eq!(
         (other[0].accepted, other[0].rx_datagrams),
         (0, 0),
         "{:?}",
         sr.workers
+    );
+    sr
+}
+
+#[test]
+fn a_download_stays_on_its_worker_through_nat_rebinding_every_100ms() {
+    a_download_stays_on_its_worker_through_rebinding(Steering::Auto, 256 << 20);
+}
+
+#[test]
+fn a_download_through_the_dispatcher_stays_on_its_worker_through_nat_rebinding() {
+    let sr = a_download_stays_on_its_worker_through_rebinding(Steering::Channel, 256 << 20);
+    let d = sr.dispatch.expect("the dispatcher's report");
+    let other = usize::from(sr.workers[0].accepted == 1);
+    assert_eq!(
+        (d.datagrams[other], d.dropped[other]),
+        (0, 0),
+        "the dispatcher handed the other worker nothing: {d:?}"
     );
 }
 

@@ -11,6 +11,7 @@ use super::{
 use crate::{
     server::{
         Budget, Limits, MAX_WORKERS, RetryPolicy, Server, ServerConfig, ServerId, ServerKeys,
+        Steering,
     },
     tls::{ALPN_HQ, ALPN_PERF, Identity},
 };
@@ -72,11 +73,16 @@ pub struct ServerArgs {
     /// Seconds between periodic --stats lines (0.1 to 86400; default 5); needs --stats.
     #[arg(long, allow_negative_numbers = true)]
     pub stats_interval: Option<f64>,
-    /// Worker threads, each with its own socket on every listen address, datagrams steered
-    /// to them by connection ID (1 to 256; default: the cores available, on Linux; 1
-    /// elsewhere, where steering is not available).
+    /// Worker threads, datagrams steered to them by connection ID (1 to 256; default: the
+    /// cores available, on Linux; 1 elsewhere, where only --steering channel is available).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// How datagrams reach the workers: `bpf`, a socket per worker and the kernel's steering
+    /// program (Linux; refuse to start without it); `channel`, one socket read by a
+    /// dispatcher thread that hands datagrams to the workers over bounded channels; `auto`,
+    /// bpf where the program attaches, else channel.
+    #[arg(long, value_enum, default_value_t = Steering::Auto)]
+    pub steering: Steering,
     /// QUIC-LB server ID (1 to 11 bytes in hex, e.g. 0a1b): every connection ID carries it,
     /// in the clear, so that a QUIC-LB load balancer routes the connection to this server.
     #[arg(long)]
@@ -92,8 +98,9 @@ pub struct ServerArgs {
 /// The default `--stats-interval`, in seconds.
 const DEFAULT_STATS_INTERVAL: f64 = 5.0;
 
-/// The default `--workers`: a worker per available core where datagrams can be steered to
-/// workers (Linux), else one.
+/// The default `--workers`: a worker per available core where the kernel steers datagrams to
+/// workers (Linux), else one: elsewhere a dispatcher thread would hand them over, which costs
+/// more per datagram (the README's "Every core: workers"), so more workers are asked for.
 fn default_workers() -> usize {
     if cfg!(target_os = "linux") {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
@@ -153,12 +160,7 @@ impl ServerArgs {
             MAX_WORKERS,
             "one connection-ID byte tells them apart",
         )?;
-        if n > 1 && !cfg!(target_os = "linux") {
-            bail!(
-                "--workers {n}: steering datagrams to workers by connection ID needs Linux; \
-                 use --workers 1"
-            );
-        }
+        check_steering(self.steering, n, cfg!(target_os = "linux"))?;
         Ok(n)
     }
 
@@ -243,6 +245,18 @@ pub fn server_main(args: ServerArgs) -> ExitCode {
     }
 }
 
+/// Refuses `--steering bpf` with several workers where there is no steering program (`linux`
+/// false); the kernel's refusal of it on Linux is found when binding.
+fn check_steering(steering: Steering, workers: usize, linux: bool) -> anyhow::Result<()> {
+    if steering == Steering::Bpf && workers > 1 && !linux {
+        bail!(
+            "--steering bpf: the kernel's steering program needs Linux; use --steering auto or \
+             channel, or --workers 1"
+        );
+    }
+    Ok(())
+}
+
 fn serve(args: ServerArgs) -> anyhow::Result<()> {
     args.validate()?;
     let identity = match (&args.cert, &args.key) {
@@ -267,6 +281,7 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         pacing_timer: args.io.pacing_timer,
         stats_interval: args.io.stats.then_some(interval),
         workers: args.workers()?,
+        steering: args.steering,
         server_id: args.server_id()?,
         cid_lifetime: args.cid_lifetime()?,
     };
@@ -291,4 +306,25 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         write_json(path, &report)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steering_bpf_is_refused_only_where_it_cannot_work() {
+        for steering in [Steering::Auto, Steering::Channel] {
+            for linux in [true, false] {
+                check_steering(steering, 4, linux).expect("a dispatcher works anywhere");
+            }
+        }
+        check_steering(Steering::Bpf, 4, true).expect("Linux: the bind finds out");
+        check_steering(Steering::Bpf, 1, false).expect("one worker needs no steering");
+        let e = check_steering(Steering::Bpf, 2, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--steering bpf: "), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
 }

@@ -16,13 +16,14 @@
 //! waiting for readiness, the next wake-up or shutdown, and receiving.
 //!
 //! Modules: `conns` (the connection table), `scheduler`, `rx`, `events`, `tx` (the send
-//! round), `datapath` (what a socket must offer), `application` (what a protocol
-//! implements), `standalone` ([`run_client`]: a driver on a runtime of its own).
+//! round), `datapath` (what a socket must offer), `channel` (a datapath fed by a dispatcher
+//! over a channel), `application` (what a protocol implements), `standalone` ([`run_client`]: a driver on a runtime of its own).
 //!
 //! A driver is built and run on one thread (its datapaths are registered with that thread's
 //! runtime); what crosses threads is configuration (`Arc<ServerConfig>`) and reports.
 
 mod application;
+mod channel;
 mod conns;
 mod counters;
 mod datapath;
@@ -46,6 +47,7 @@ use std::{
 };
 
 pub use application::{Admission, Application};
+pub use channel::{CHANNEL_RECV_BATCH, ChannelDatapath};
 pub use counters::{DriverCounters, EcnCounts};
 pub use datapath::{Datapath, SocketDatapath};
 use neqo_udp::{Datagram, Socket, Stats, TxQueue};

@@ -12,6 +12,9 @@
 //! - `cid`: the connection IDs: a QUIC-LB server ID and the worker that owns the connection.
 //! - `worker`: the worker threads, each a driver with its own sockets, and their sockets'
 //!   binding and steering.
+//! - `dispatch`: channel steering, where no steering program spreads datagrams over the
+//!   workers' sockets: one socket read by a dispatcher thread that hands each datagram to its
+//!   worker over a bounded channel.
 //! - [`ServerReport`]: what it did.
 
 mod admission;
@@ -19,6 +22,7 @@ mod app;
 mod budget;
 mod cid;
 mod configs;
+mod dispatch;
 mod handle;
 mod keys;
 mod report;
@@ -35,9 +39,11 @@ pub use self::{
     admission::{AdmissionCounters, Limits, RetryPolicy},
     budget::{Budget, DEFAULT_BUDGET, MAX_WINDOW, MIN_WINDOW},
     cid::{CidLayout, MAX_SERVER_ID, MAX_WORKERS, ServerId, quic_lb_server_id},
+    dispatch::{CHANNEL_CAPACITY, DispatchReport, Dispatcher, worker_for},
     handle::ServerHandle,
     keys::{MAX_SECRET, MIN_SECRET, ServerKeys},
     report::{ServerReport, WorkerSummary},
+    worker::Steering,
 };
 use crate::{
     hq,
@@ -78,8 +84,11 @@ pub struct ServerConfig {
     /// Print stats to stderr this often.
     pub stats_interval: Option<Duration>,
     /// Worker threads, each with its own runtime, driver, endpoint and sockets (1 to
-    /// [`MAX_WORKERS`]; more than one needs connection-ID steering, Linux).
+    /// [`MAX_WORKERS`]).
     pub workers: usize,
+    /// How datagrams reach the workers when there are several: the kernel's steering program
+    /// (Linux), or a dispatcher thread and channels (see `dispatch`).
+    pub steering: Steering,
     /// The QUIC-LB server ID every connection ID carries, for a load balancer in front of a
     /// fleet; without one, connection IDs say "unroutable" to such a balancer.
     pub server_id: Option<ServerId>,
@@ -104,6 +113,7 @@ impl Default for ServerConfig {
             pacing_timer: crate::pacer::PacingTimer::default(),
             stats_interval: None,
             workers: 1,
+            steering: Steering::Auto,
             server_id: None,
             cid_lifetime: None,
         }
@@ -149,11 +159,13 @@ pub struct Server {
 
 impl Server {
     /// Binds every listen address (with several workers, a socket per worker on each, steered
-    /// by connection ID) and starts the workers. Needs no runtime: each worker makes its own.
+    /// by connection ID, or one socket read by a dispatcher: [`ServerConfig::steering`]) and
+    /// starts the workers. Needs no runtime: each worker makes its own.
     ///
     /// # Errors
     /// A bind failure (port in use), a missing root, a bad certificate or key, a worker
-    /// count that cannot work (steering unavailable), a worker that failed to start.
+    /// count that cannot work, [`Steering::Bpf`] where the steering program cannot be
+    /// attached, a worker that failed to start.
     pub fn bind(config: ServerConfig) -> anyhow::Result<Self> {
         let root = match &config.root {
             Some(r) => Some(
@@ -186,7 +198,7 @@ impl Server {
         };
         server_config.transport_config(Arc::new(shared.transport("server")?));
         server_config.token_key(config.keys.token.clone());
-        let sockets = worker::bind(&config.listen, &layout)?;
+        let sockets = worker::bind(&config.listen, &layout, config.steering)?;
         let addrs = sockets.addrs.clone();
         let workers = Workers::start(
             sockets,

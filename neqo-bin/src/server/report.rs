@@ -1,6 +1,6 @@
 //! What a server did: [`ServerReport`].
 
-use super::{AdmissionCounters, admission::Totals};
+use super::{AdmissionCounters, DispatchReport, admission::Totals};
 use crate::driver::{Driver, DriverCounters};
 
 /// One worker's share of the work.
@@ -14,12 +14,15 @@ pub struct WorkerSummary {
     pub requests: u64,
     /// Response bytes it wrote.
     pub bytes_sent: u64,
-    /// Datagrams its sockets received.
+    /// Datagrams that reached it (from its sockets, or from the dispatcher).
     pub rx_datagrams: u64,
     /// Datagrams its sockets sent.
     pub tx_datagrams: u64,
-    /// Kernel drops on its sockets.
+    /// Kernel drops on its sockets (0 with channel steering: its socket is the dispatcher's,
+    /// whose drops are in [`ServerReport::dispatch`]).
     pub kernel_drops: u64,
+    /// Datagrams for it the dispatcher dropped because its channel was full (channel steering).
+    pub dispatch_dropped: u64,
 }
 
 /// What a server did.
@@ -64,6 +67,10 @@ pub struct ServerReport {
     pub socket: neqo_udp::Stats,
     /// How datagrams reached the workers.
     pub steering: String,
+    /// With channel steering, what the dispatcher did: datagrams handed to each worker and
+    /// dropped on its full channel, and the receive side of the listening sockets (their
+    /// receive syscalls and kernel drops, which [`socket`](Self::socket) then reports).
+    pub dispatch: Option<DispatchReport>,
     /// Each worker's share, in worker order (the rest of the report adds them up).
     pub workers: Vec<WorkerSummary>,
 }
@@ -77,15 +84,22 @@ impl ServerReport {
             workers.push_str(&format!("\n{}:", self.steering));
             for (i, w) in self.workers.iter().enumerate() {
                 workers.push_str(&format!(
-                    " [{i}] accepted {} requests {} sent {} B rx {} tx {} drops {}",
+                    " [{i}] accepted {} requests {} sent {} B rx {} tx {} drops {} dispatch drops {}",
                     w.accepted,
                     w.requests,
                     w.bytes_sent,
                     w.rx_datagrams,
                     w.tx_datagrams,
-                    w.kernel_drops
+                    w.kernel_drops,
+                    w.dispatch_dropped
                 ));
             }
+        }
+        if let Some(d) = &self.dispatch {
+            workers.push_str(&format!(
+                "\ndispatch (channels of {} datagrams): handed {:?} dropped {:?} by source {} kernel drops {}",
+                d.capacity, d.datagrams, d.dropped, d.by_source, d.socket.kernel_drops
+            ));
         }
         format!(
             "receive windows {} of {} B (refused {}), connections accepted {} refused {} (half-open limit {}) retries {} half-open {} (peak {}, timed out {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}{workers}",
@@ -110,8 +124,14 @@ impl ServerReport {
     }
 
     /// The server's report from its workers': their counts added up, the peaks over all
-    /// workers at once from `totals`.
-    pub(super) fn merged(workers: Vec<Self>, totals: &Totals, steering: &str) -> Self {
+    /// workers at once from `totals`. With a dispatcher's report, the receive side of the
+    /// socket counters is the dispatcher's (the workers' is their channels').
+    pub(super) fn merged(
+        workers: Vec<Self>,
+        totals: &Totals,
+        steering: &str,
+        dispatch: Option<DispatchReport>,
+    ) -> Self {
         let mut all = Self::default();
         for w in &workers {
             all.requests += w.requests;
@@ -129,6 +149,12 @@ impl ServerReport {
             all.tls = w.tls;
             all.socket.accumulate(&w.socket);
         }
+        if let Some(d) = &dispatch {
+            all.socket.rx = d.socket.rx;
+            all.socket.kernel_drops = d.socket.kernel_drops;
+            all.socket.rx_dropped = d.socket.rx_dropped;
+            all.socket.events.add(&d.socket.events);
+        }
         all.driver.peak_connections = totals.peak_open() as u64;
         all.admission.peak_half_open = totals.peak_half_open();
         all.rx_datagrams_per_syscall = all.socket.rx.datagrams_per_syscall();
@@ -137,7 +163,8 @@ impl ServerReport {
         all.steering = steering.to_owned();
         all.workers = workers
             .iter()
-            .map(|w| WorkerSummary {
+            .enumerate()
+            .map(|(i, w)| WorkerSummary {
                 accepted: w.driver.accepted,
                 peak_connections: w.driver.peak_connections,
                 requests: w.requests,
@@ -145,8 +172,13 @@ impl ServerReport {
                 rx_datagrams: w.socket.rx.datagrams,
                 tx_datagrams: w.socket.tx.datagrams,
                 kernel_drops: w.socket.kernel_drops,
+                dispatch_dropped: dispatch
+                    .as_ref()
+                    .and_then(|d| d.dropped.get(i).copied())
+                    .unwrap_or(0),
             })
             .collect();
+        all.dispatch = dispatch;
         all
     }
 

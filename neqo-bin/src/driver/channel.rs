@@ -1,0 +1,201 @@
+//! [`ChannelDatapath`]: a worker's datapath where no steering program spreads datagrams over
+//! sockets (the server's channel steering): it receives what a dispatcher hands it over a
+//! bounded channel and sends on the shared socket directly.
+
+use std::{
+    cell::RefCell,
+    io,
+    net::SocketAddr,
+    task::{Context, Poll},
+};
+
+use neqo_udp::{Datagram, HISTOGRAM_BUCKETS, Sent, Socket, Stats, Transmit};
+use tokio::sync::mpsc;
+
+use super::Datapath;
+
+/// Datagrams one [`recv`](Datapath::recv) takes from the channel at most: about what a
+/// receive syscall of 32 slots brings with GRO runs, so one turn of the driver does not
+/// grow without bound behind a busy dispatcher.
+pub const CHANNEL_RECV_BATCH: usize = 256;
+
+/// The receiving end and a datagram taken while polling for readiness.
+#[derive(Debug)]
+struct Inbox {
+    rx: mpsc::Receiver<Datagram>,
+    /// `poll_recv_ready` can only find out whether the channel holds something by taking it.
+    taken: Option<Datagram>,
+}
+
+/// What a worker receives through when a dispatcher owns the receive side of the socket: its
+/// datagrams arrive over `rx`, and it sends on `socket`, its own handle to the listening
+/// socket (a `try_clone` of the descriptor, registered with the worker's runtime; several
+/// threads may send on one UDP socket, each `sendmmsg` being atomic per message).
+#[derive(Debug)]
+pub struct ChannelDatapath {
+    inbox: RefCell<Inbox>,
+    socket: Socket,
+    /// Channel receives that took at least one datagram, as a socket counts syscalls.
+    rx: neqo_udp::DirectionStats,
+}
+
+impl ChannelDatapath {
+    /// Receives from `rx`, sends on `socket` (which nothing reads from but the dispatcher).
+    #[must_use]
+    pub const fn new(rx: mpsc::Receiver<Datagram>, socket: Socket) -> Self {
+        Self {
+            inbox: RefCell::new(Inbox { rx, taken: None }),
+            socket,
+            rx: neqo_udp::DirectionStats {
+                syscalls: 0,
+                datagrams: 0,
+                bytes: 0,
+                offload_segments: 0,
+                per_syscall: [0; HISTOGRAM_BUCKETS],
+            },
+        }
+    }
+}
+
+/// The histogram bucket of a receive that took `n >= 1` datagrams (as neqo-udp counts).
+fn bucket(n: usize) -> usize {
+    (n.max(1).ilog2() as usize).min(HISTOGRAM_BUCKETS - 1)
+}
+
+impl Datapath for ChannelDatapath {
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    fn max_segments_for(&self, segment_size: usize) -> usize {
+        self.socket.max_segments_for(segment_size)
+    }
+
+    fn batch_size(&self) -> usize {
+        self.socket.batch_size()
+    }
+
+    /// Takes up to [`CHANNEL_RECV_BATCH`] datagrams. A closed channel (the dispatcher is
+    /// gone) reads as empty: the server is stopping, and a worker that is closing its
+    /// connections must not fail for it.
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<()> {
+        let inbox = self.inbox.get_mut();
+        let before = out.len();
+        out.extend(inbox.taken.take());
+        while out.len() - before < CHANNEL_RECV_BATCH {
+            match inbox.rx.try_recv() {
+                Ok(d) => out.push(d),
+                Err(_) => break,
+            }
+        }
+        let n = out.len() - before;
+        if n == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.rx.syscalls += 1;
+        self.rx.datagrams += n as u64;
+        self.rx.bytes += out[before..]
+            .iter()
+            .map(|d| d.data.len() as u64)
+            .sum::<u64>();
+        self.rx.per_syscall[bucket(n)] += 1;
+        Ok(())
+    }
+
+    fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+        self.socket.send(transmits)
+    }
+
+    fn poll_recv_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut inbox = self.inbox.borrow_mut();
+        if inbox.taken.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        match inbox.rx.poll_recv(cx) {
+            Poll::Ready(Some(d)) => {
+                inbox.taken = Some(d);
+                Poll::Ready(Ok(()))
+            }
+            // Closed: nothing more will come, and the server's stop is under way (see
+            // `recv`); never ready, or the driver would spin.
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_send_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.socket.poll_send_ready(cx)
+    }
+
+    /// The channel's receives and the socket's sends. The socket's kernel drops and receive
+    /// counters are the dispatcher's (the descriptor is shared): reported there, not here.
+    fn stats(&self) -> Stats {
+        let socket = self.socket.stats();
+        Stats {
+            rx: self.rx,
+            tx: socket.tx,
+            kernel_drops: 0,
+            rx_dropped: neqo_udp::RxDropped::default(),
+            tx_dropped: socket.tx_dropped,
+            events: socket.events,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_match_neqo_udp() {
+        assert_eq!(bucket(1), 0);
+        assert_eq!(bucket(3), 1);
+        assert_eq!(bucket(4), 2);
+        assert_eq!(bucket(127), 6);
+        assert_eq!(bucket(128), 7);
+        assert_eq!(bucket(100_000), 7);
+    }
+
+    #[tokio::test]
+    async fn receives_what_the_channel_holds_and_reads_a_closed_channel_as_empty() {
+        let (tx, rx) = mpsc::channel(8);
+        let socket = Socket::bind("127.0.0.1:0".parse().unwrap(), neqo_udp::Config::default())
+            .expect("bind");
+        let mut path = ChannelDatapath::new(rx, socket);
+        let mut out = Vec::new();
+        assert_eq!(
+            path.recv(&mut out).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        let source: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        for i in 0..3u8 {
+            tx.try_send(Datagram {
+                data: bytes::BytesMut::from(&[i; 10][..]),
+                source,
+                destination: None,
+                ecn: None,
+            })
+            .unwrap();
+        }
+        std::future::poll_fn(|cx| path.poll_recv_ready(cx))
+            .await
+            .unwrap();
+        path.recv(&mut out).unwrap();
+        assert_eq!(
+            out.iter().map(|d| d.data[0]).collect::<Vec<_>>(),
+            [0, 1, 2],
+            "in order, the one taken while polling first"
+        );
+        let s = path.stats();
+        assert_eq!((s.rx.syscalls, s.rx.datagrams, s.rx.bytes), (1, 3, 30));
+        drop(tx);
+        let waker = std::task::Waker::noop();
+        assert!(
+            path.poll_recv_ready(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+        assert_eq!(
+            path.recv(&mut out).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+    }
+}
