@@ -31,6 +31,11 @@ struct Inbox {
 /// datagrams arrive over `rx`, and it sends on `socket`, its own handle to the listening
 /// socket (a `try_clone` of the descriptor, registered with the worker's runtime; several
 /// threads may send on one UDP socket, each `sendmmsg` being atomic per message).
+///
+/// Its own handle, rather than the dispatcher's socket shared: its send counters are its own,
+/// and its writability waits are served by its own runtime. The price: tokio registers the
+/// handle for readability too, so the worker's runtime is also woken by datagrams arriving
+/// for the other workers (the README's measurement includes it).
 #[derive(Debug)]
 pub struct ChannelDatapath {
     inbox: RefCell<Inbox>,

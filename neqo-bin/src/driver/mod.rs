@@ -17,7 +17,8 @@
 //!
 //! Modules: `conns` (the connection table), `scheduler`, `rx`, `events`, `tx` (the send
 //! round), `datapath` (what a socket must offer), `channel` (a datapath fed by a dispatcher
-//! over a channel), `application` (what a protocol implements), `standalone` ([`run_client`]: a driver on a runtime of its own).
+//! over a channel), `application` (what a protocol implements), `standalone`
+//! ([`run_client`]: a driver on a runtime of its own).
 //!
 //! A driver is built and run on one thread (its datapaths are registered with that thread's
 //! runtime); what crosses threads is configuration (`Arc<ServerConfig>`) and reports.
