@@ -357,8 +357,6 @@ fn bad_settings_are_refused_at_start() {
         (&["--key-file", below_file], "--key-file"),
         (&["--workers", "0"], "--workers"),
         (&["--workers", "257"], "--workers"),
-        (&["--steering", "ebpf"], "--steering"),
-        (&["--steering", ""], "--steering"),
         (&["--server-id", "zz"], "--server-id"),
         (&["--server-id", ""], "--server-id"),
         (&["--server-id", "000000000000000000000000"], "--server-id"),
