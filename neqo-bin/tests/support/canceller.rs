@@ -217,9 +217,15 @@ impl Canceller {
         }
     }
 
-    /// The final response is in; done once the resets a `Reset` cancel waits for are too.
+    /// The final response is in; done once the resets a `Reset` cancel waits for are too, and
+    /// the server's RESET_STREAM for every cancel has arrived (the last cancel's may come
+    /// after the final response: the server answers both at once).
     fn finish(&mut self, conn: &mut Connection, now: Instant) {
-        if self.result.is_none() && self.final_len > 0 && self.awaiting_reset.is_empty() {
+        if self.result.is_none()
+            && self.final_len > 0
+            && self.awaiting_reset.is_empty()
+            && conn.stats().frame_rx.reset_stream >= CANCELS as u64
+        {
             self.result = Some(Ok(Outcome {
                 cancelled: self.cancelled,
                 resets_read: self.resets_read,
@@ -267,6 +273,12 @@ impl Application for Canceller {
             let transport = TransportOptions::default().transport("cancel").unwrap();
             config.transport_config(Arc::new(transport));
             self.ch = Some(driver.connect(0, config, self.remote, "localhost").unwrap());
+        }
+        if self.final_len == FINAL_LEN
+            && let Some(ch) = self.ch
+        {
+            // Resets still on their way when the final response completed.
+            driver.update(ch, |conn| self.finish(conn, now));
         }
         if now > self.deadline {
             let why = format!(
