@@ -135,6 +135,15 @@ pub struct DirectionStats {
 }
 
 impl DirectionStats {
+    /// Counts one syscall (or what stands for one, such as a receive from a queue) that moved
+    /// `datagrams >= 1` datagrams of `bytes` in all, none of them in an offload run.
+    pub fn count(&mut self, datagrams: usize, bytes: u64) {
+        self.syscalls += 1;
+        self.datagrams += datagrams as u64;
+        self.bytes += bytes;
+        self.per_syscall[bucket(datagrams)] += 1;
+    }
+
     /// Mean datagrams per syscall (0 when nothing moved).
     #[must_use]
     pub fn datagrams_per_syscall(&self) -> f64 {
@@ -359,6 +368,16 @@ fn bucket(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn count_is_one_syscall_in_its_bucket() {
+        let mut d = DirectionStats::default();
+        d.count(3, 30);
+        d.count(128, 1000);
+        assert_eq!((d.syscalls, d.datagrams, d.bytes), (2, 131, 1030));
+        assert_eq!((d.per_syscall[1], d.per_syscall[7]), (1, 1));
+        assert_eq!(d.offload_segments, 0);
+    }
 
     #[test]
     fn buckets_are_powers_of_two() {

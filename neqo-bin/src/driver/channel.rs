@@ -62,11 +62,6 @@ impl ChannelDatapath {
     }
 }
 
-/// The histogram bucket of a receive that took `n >= 1` datagrams (as neqo-udp counts).
-fn bucket(n: usize) -> usize {
-    (n.max(1).ilog2() as usize).min(HISTOGRAM_BUCKETS - 1)
-}
-
 impl Datapath for ChannelDatapath {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket.local_addr()
@@ -97,13 +92,8 @@ impl Datapath for ChannelDatapath {
         if n == 0 {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        self.rx.syscalls += 1;
-        self.rx.datagrams += n as u64;
-        self.rx.bytes += out[before..]
-            .iter()
-            .map(|d| d.data.len() as u64)
-            .sum::<u64>();
-        self.rx.per_syscall[bucket(n)] += 1;
+        let bytes = out[before..].iter().map(|d| d.data.len() as u64).sum();
+        self.rx.count(n, bytes);
         Ok(())
     }
 
@@ -149,16 +139,6 @@ impl Datapath for ChannelDatapath {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn buckets_match_neqo_udp() {
-        assert_eq!(bucket(1), 0);
-        assert_eq!(bucket(3), 1);
-        assert_eq!(bucket(4), 2);
-        assert_eq!(bucket(127), 6);
-        assert_eq!(bucket(128), 7);
-        assert_eq!(bucket(100_000), 7);
-    }
 
     #[tokio::test]
     async fn receives_what_the_channel_holds_and_reads_a_closed_channel_as_empty() {
