@@ -31,6 +31,7 @@ use std::{
 };
 
 mod curve;
+mod netns;
 
 use test_fixtures::{
     BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, Impl, Server, cargo_build, release_binary, run,
@@ -164,6 +165,8 @@ struct Args {
     curve: Option<Vec<u64>>,
     /// The curve's neqo-server worker counts (`None`: its default).
     workers: Vec<Option<usize>>,
+    /// Run the pairs in a network namespace whose loopback has this MTU.
+    mtu: Option<u32>,
 }
 
 /// The curve's concurrencies unless `--concurrency` says otherwise.
@@ -204,6 +207,7 @@ fn parse_args() -> Result<Args, String> {
         build: true,
         curve: None,
         workers: vec![None],
+        mtu: None,
     };
     let mut levels = None;
     let mut workers = None;
@@ -230,12 +234,24 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or_else(|| format!("--bytes: expected a positive number, got {v}"))?;
             }
             "--no-build" => a.build = false,
+            "--mtu" => {
+                let v = value("--mtu")?;
+                a.mtu = v
+                    .parse()
+                    .ok()
+                    .filter(|n| netns::MTU_RANGE.contains(n))
+                    .map(Some)
+                    .ok_or_else(|| {
+                        let (lo, hi) = (netns::MTU_RANGE.start(), netns::MTU_RANGE.end());
+                        format!("--mtu: expected a link MTU of {lo} to {hi} bytes, got {v}")
+                    })?;
+            }
             "--curve" => a.curve = Some(CURVE_LEVELS.to_vec()),
             "--concurrency" => levels = Some(parse_levels(&value("--concurrency")?)?),
             "--workers" => workers = Some(parse_workers(&value("--workers")?)?),
             "-h" | "--help" => {
                 println!(
-                    "usage: compare [--runs N] [--bytes B] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--runs N] [--bytes B] [--no-build]"
+                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--runs N] [--bytes B] [--no-build]"
                 );
                 std::process::exit(0);
             }
@@ -246,6 +262,9 @@ fn parse_args() -> Result<Args, String> {
         (Some(l), Some(c)) => *c = l,
         (Some(_), None) => return Err("--concurrency: only with --curve".to_owned()),
         (None, _) => {}
+    }
+    if a.mtu.is_some() && a.curve.is_some() {
+        return Err("--mtu: only for the pairs, not with --curve".to_owned());
     }
     match (workers, &a.curve) {
         (Some(w), Some(_)) => a.workers = w,
@@ -307,15 +326,18 @@ fn server_command(pair: &Pair, json: &Path) -> Command {
             server, io, pacing, ..
         } => (server, io, pacing),
         Pair::TcpTls => {
-            let mut c = Command::new(release_binary("tcp-tls"));
+            let mut c = netns::command(release_binary("tcp-tls"));
             c.args(["server", "--listen", "127.0.0.1:0"]);
             return c;
         }
     };
     match server {
         Impl::Neqo => {
-            let mut c = Command::new(release_binary("neqo-server"));
+            let mut c = netns::command(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--io", io]);
+            if netns::active() {
+                c.args(["--max-mtu", "65527"]);
+            }
             c.arg("--json").arg(json);
             if !pacing {
                 c.arg("--no-pacing");
@@ -323,7 +345,7 @@ fn server_command(pair: &Pair, json: &Path) -> Command {
             c
         }
         Impl::Msquic => {
-            let mut c = Command::new(release_binary("msquic-peer"));
+            let mut c = netns::command(release_binary("msquic-peer"));
             c.args(["server", "--listen", "127.0.0.1:0"]);
             c
         }
@@ -337,14 +359,17 @@ fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
             client, io, pacing, ..
         } => (client, io, pacing),
         Pair::TcpTls => {
-            let mut c = Command::new(release_binary("tcp-tls"));
+            let mut c = netns::command(release_binary("tcp-tls"));
             c.args(["client", url, "--insecure", "--json", &json]);
             return c;
         }
     };
     match client {
         Impl::Neqo => {
-            let mut c = Command::new(release_binary("neqo-client"));
+            let mut c = netns::command(release_binary("neqo-client"));
+            if netns::active() {
+                c.args(["--max-mtu", "65527"]);
+            }
             c.args([
                 url,
                 "--insecure",
@@ -361,7 +386,7 @@ fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
             c
         }
         Impl::Msquic => {
-            let mut c = Command::new(release_binary("msquic-peer"));
+            let mut c = netns::command(release_binary("msquic-peer"));
             c.args([
                 "client",
                 url,
@@ -507,7 +532,19 @@ fn main() -> ExitCode {
     }
     let runs = args.runs.unwrap_or(5);
     let bytes = args.bytes.unwrap_or(134_217_728);
+    let _link = match args.mtu.map(netns::Link::create).transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("compare: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let (out, failed) = table(&peers, runs, bytes);
+    if let Some(mtu) = args.mtu {
+        println!(
+            "Every pair in a network namespace whose loopback has a {mtu}-byte MTU; neqo's sides with --max-mtu 65527 (path MTU discovery up to what the link carries).\n"
+        );
+    }
     println!("{out}");
     if failed > 0 {
         eprintln!("compare: {failed} pair(s) failed");
