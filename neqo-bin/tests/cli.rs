@@ -340,6 +340,8 @@ fn bad_settings_are_refused_at_start() {
         (&["--max-mtu", "1199"], "--max-mtu"),
         (&["--max-mtu", "65528"], "--max-mtu"),
         (&["--max-mtu", "99999999999"], "--max-mtu"),
+        (&["--recv-buffer", "1000"], "--recv-buffer"),
+        (&["--recv-buffer", "2G"], "--recv-buffer"),
     ];
     let server_only: &[(&[&str], &str)] = &[
         (&["--alpn", "hq-interop,h3"], "--alpn"),

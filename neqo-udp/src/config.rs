@@ -78,9 +78,13 @@ pub struct Config {
     pub gro: bool,
     /// Batched or one datagram per syscall. `Single` implies no GSO and no GRO.
     pub mode: IoMode,
-    /// `SO_RCVBUF` to ask for; `None` keeps the kernel's default.
+    /// `SO_RCVBUF` to ask for; `None` keeps the kernel's default. Where the kernel caps it
+    /// (Linux: `net.core.rmem_max`), `SO_RCVBUFFORCE` asks past the cap, which takes
+    /// `CAP_NET_ADMIN`; without it the capped size stands ([`BufferSizes`](crate::BufferSizes)
+    /// says what was granted).
     pub recv_buffer_size: Option<usize>,
-    /// `SO_SNDBUF` to ask for; `None` keeps the kernel's default.
+    /// `SO_SNDBUF` to ask for; `None` keeps the kernel's default; past `wmem_max` as for
+    /// `recv_buffer_size`.
     pub send_buffer_size: Option<usize>,
 }
 

@@ -57,17 +57,30 @@ impl UdpSocketState {
     /// A connected socket; a failure to read or set the options the config needs.
     pub fn new(sock: UdpSockRef<'_>, config: Config) -> io::Result<Self> {
         let buffers = sock.with_socket2(|s| {
-            // Ask for the configured buffers; the kernel caps them at rmem_max/wmem_max, and
-            // we report what it granted rather than fail.
-            if let Some(size) = config.recv_buffer_size
-                && let Err(e) = s.set_recv_buffer_size(size)
-            {
-                tracing::debug!("SO_RCVBUF {size}: {e}");
+            // Ask for the configured buffers; the kernel caps them at rmem_max/wmem_max. Past
+            // the cap only with CAP_NET_ADMIN (the FORCE options); we report what it granted
+            // rather than fail.
+            if let Some(size) = config.recv_buffer_size {
+                if let Err(e) = s.set_recv_buffer_size(size) {
+                    tracing::debug!("SO_RCVBUF {size}: {e}");
+                }
+                // Linux reports twice what it grants (half is bookkeeping); elsewhere there
+                // is no forcing, and the call says so.
+                if s.recv_buffer_size()? < 2 * size
+                    && let Err(e) = sys::force_buffer(sock, true, size)
+                {
+                    tracing::debug!("SO_RCVBUFFORCE {size}: {e}");
+                }
             }
-            if let Some(size) = config.send_buffer_size
-                && let Err(e) = s.set_send_buffer_size(size)
-            {
-                tracing::debug!("SO_SNDBUF {size}: {e}");
+            if let Some(size) = config.send_buffer_size {
+                if let Err(e) = s.set_send_buffer_size(size) {
+                    tracing::debug!("SO_SNDBUF {size}: {e}");
+                }
+                if s.send_buffer_size()? < 2 * size
+                    && let Err(e) = sys::force_buffer(sock, false, size)
+                {
+                    tracing::debug!("SO_SNDBUFFORCE {size}: {e}");
+                }
             }
             io::Result::Ok(BufferSizes {
                 recv: s.recv_buffer_size()?,

@@ -43,6 +43,11 @@ pub struct IoArgs {
     /// loopback listen address (the server): 65527 means as much as the route carries.
     #[arg(long)]
     pub max_mtu: Option<u64>,
+    /// Each socket's receive buffer (K/M/G; 64K to 1G; default 4M): what the kernel holds for
+    /// us while we are busy, past which it drops. Above `net.core.rmem_max` only with
+    /// `CAP_NET_ADMIN` (root); otherwise the cap stands.
+    #[arg(long, value_parser = parse_size)]
+    pub recv_buffer: Option<u64>,
     /// Write one qlog file per connection here (created at start; must be writable).
     #[arg(long)]
     pub qlog_dir: Option<PathBuf>,
@@ -81,6 +86,7 @@ impl IoArgs {
         check_batch_size(self.batch_size)?;
         self.idle_timeout()?;
         self.max_mtu()?;
+        self.recv_buffer()?;
         if let Some(dir) = &self.qlog_dir {
             check_writable_dir("--qlog-dir", dir)?;
         }
@@ -88,6 +94,15 @@ impl IoArgs {
             check_writable_file("--json", path)?;
         }
         Ok(())
+    }
+
+    fn recv_buffer(&self) -> anyhow::Result<usize> {
+        const RANGE: std::ops::RangeInclusive<u64> = (64 << 10)..=(1 << 30);
+        match self.recv_buffer {
+            None => Ok(neqo_udp::DEFAULT_SOCKET_BUFFER),
+            Some(b) if RANGE.contains(&b) => Ok(usize::try_from(b)?),
+            Some(b) => anyhow::bail!("--recv-buffer {b}: must be between 64K and 1G bytes"),
+        }
     }
 
     fn max_mtu(&self) -> anyhow::Result<Option<u16>> {
@@ -120,6 +135,11 @@ impl IoArgs {
             gso: !self.no_gso,
             gro: !self.no_gro,
             mode: self.io,
+            // Checked by `validate`.
+            recv_buffer_size: Some(
+                self.recv_buffer()
+                    .unwrap_or(neqo_udp::DEFAULT_SOCKET_BUFFER),
+            ),
             ..neqo_udp::Config::default()
         }
     }

@@ -114,6 +114,13 @@ pub(crate) fn attach_cid_steering(
     ))
 }
 
+pub(crate) fn force_buffer(_sock: UdpSockRef<'_>, _recv: bool, _size: usize) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no way past the system's buffer cap on this platform",
+    ))
+}
+
 pub(crate) fn route_mtu(_sock: UdpSockRef<'_>, _v6: bool) -> io::Result<usize> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,

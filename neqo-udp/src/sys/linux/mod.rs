@@ -142,6 +142,18 @@ fn configure(sock: UdpSockRef<'_>, want_gso: bool, want_gro: bool) -> io::Result
     Ok(Capabilities { gso_segments, gro })
 }
 
+/// Sets a socket buffer past the `rmem_max`/`wmem_max` cap (`SO_RCVBUFFORCE`,
+/// `SO_SNDBUFFORCE`), which needs `CAP_NET_ADMIN`; `EPERM` without it.
+pub(crate) fn force_buffer(sock: UdpSockRef<'_>, recv: bool, size: usize) -> io::Result<()> {
+    let name = if recv {
+        libc::SO_RCVBUFFORCE
+    } else {
+        libc::SO_SNDBUFFORCE
+    };
+    let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+    set_opt(sock.fd, libc::SOL_SOCKET, name, size)
+}
+
 /// The MTU of the route a connected socket's datagrams take (`IP_MTU`, `IPV6_MTU`): the
 /// outgoing interface's, or a smaller path MTU the kernel has learned for the destination.
 pub(crate) fn route_mtu(sock: UdpSockRef<'_>, v6: bool) -> io::Result<usize> {
