@@ -10,7 +10,7 @@ use std::{
 use crate::tls_counters::{self, CountingServer, CountingStore};
 use anyhow::{Context as _, bail};
 use quinn_proto::{
-    IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt,
+    AckFrequencyConfig, IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt,
     congestion::{BbrConfig, CubicConfig, NewRenoConfig},
     crypto::rustls::{QuicClientConfig, QuicServerConfig},
 };
@@ -66,7 +66,17 @@ pub struct TransportOptions {
     /// `max_mtu` and the route: the client sets it for its server, the server for its listen
     /// addresses.
     pub mtu_upper_bound: u16,
+    /// `--ack-every N`: ask the peer to acknowledge every N ack-eliciting packets rather than
+    /// every second one, and at the latest after [`ACK_EVERY_MAX_DELAY`] (the ACK frequency
+    /// extension; a peer without it ignores the request). `None`: RFC 9000's every second.
+    pub ack_every: Option<u32>,
 }
+
+/// How long a peer asked for fewer ACKs (`--ack-every`) may hold one back: short, because a
+/// flight of fewer than N packets (slow start, a small window after loss) waits this long for
+/// its ACK, which delays the window's growth; the peer's default (25 ms) would cost a
+/// round trip of that length each time.
+pub const ACK_EVERY_MAX_DELAY: Duration = Duration::from_millis(2);
 
 /// The MTU discovery bound where nothing better is known: 1452 bytes of UDP payload fit a
 /// 1500-byte Ethernet MTU over IPv4 and IPv6 (quinn-proto's default).
@@ -113,6 +123,7 @@ impl Default for TransportOptions {
             keep_alive: None,
             max_mtu: None,
             mtu_upper_bound: DEFAULT_MTU_BOUND,
+            ack_every: None,
         }
     }
 }
@@ -136,6 +147,12 @@ impl TransportOptions {
         t.max_concurrent_bidi_streams(VarInt::from_u32(100));
         t.max_concurrent_uni_streams(VarInt::from_u32(0));
         t.keep_alive_interval(self.keep_alive);
+        if let Some(n) = self.ack_every {
+            let mut ack = AckFrequencyConfig::default();
+            ack.ack_eliciting_threshold(VarInt::from_u32(n.saturating_sub(1)))
+                .max_ack_delay(Some(ACK_EVERY_MAX_DELAY));
+            t.ack_frequency_config(Some(ack));
+        }
         let mut mtud = MtuDiscoveryConfig::default();
         mtud.upper_bound(self.mtu_upper_bound);
         t.mtu_discovery_config(Some(mtud));

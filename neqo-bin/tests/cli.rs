@@ -342,6 +342,8 @@ fn bad_settings_are_refused_at_start() {
         (&["--max-mtu", "99999999999"], "--max-mtu"),
         (&["--recv-buffer", "1000"], "--recv-buffer"),
         (&["--recv-buffer", "2G"], "--recv-buffer"),
+        (&["--ack-every", "0"], "--ack-every"),
+        (&["--ack-every", "1001"], "--ack-every"),
     ];
     let server_only: &[(&[&str], &str)] = &[
         (&["--alpn", "hq-interop,h3"], "--alpn"),

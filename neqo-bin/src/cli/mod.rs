@@ -43,6 +43,12 @@ pub struct IoArgs {
     /// loopback listen address (the server): 65527 means as much as the route carries.
     #[arg(long)]
     pub max_mtu: Option<u64>,
+    /// Ask the peer to acknowledge every N ack-eliciting packets (1 to 1000; default: every
+    /// second, as RFC 9000 has it) and at the latest after 2 ms, through the ACK frequency
+    /// extension (peers without it ignore this): fewer ACKs for this side to process when it
+    /// sends much (see the README, "Many connections").
+    #[arg(long)]
+    pub ack_every: Option<u64>,
     /// Each socket's receive buffer (K/M/G; 64K to 1G; default 4M): what the kernel holds for
     /// us while we are busy, past which it drops. Above `net.core.rmem_max` only with
     /// `CAP_NET_ADMIN` (root); otherwise the cap stands.
@@ -72,6 +78,10 @@ use checks::{check_count, check_positive};
 pub use client::{ClientArgs, client_main};
 pub use server::{ServerArgs, server_main};
 
+/// The most packets `--ack-every` may let a peer leave unacknowledged: beyond a few hundred
+/// (a GSO run is at most 64) ACKs would only come from the 2 ms timer.
+const MAX_ACK_EVERY: u64 = 1000;
+
 fn parse_io(s: &str) -> Result<IoMode, String> {
     s.parse()
 }
@@ -86,6 +96,7 @@ impl IoArgs {
         check_batch_size(self.batch_size)?;
         self.idle_timeout()?;
         self.max_mtu()?;
+        self.ack_every()?;
         self.recv_buffer()?;
         if let Some(dir) = &self.qlog_dir {
             check_writable_dir("--qlog-dir", dir)?;
@@ -102,6 +113,14 @@ impl IoArgs {
             None => Ok(neqo_udp::DEFAULT_SOCKET_BUFFER),
             Some(b) if RANGE.contains(&b) => Ok(usize::try_from(b)?),
             Some(b) => anyhow::bail!("--recv-buffer {b}: must be between 64K and 1G bytes"),
+        }
+    }
+
+    fn ack_every(&self) -> anyhow::Result<Option<u32>> {
+        match self.ack_every {
+            None => Ok(None),
+            Some(n @ 1..=MAX_ACK_EVERY) => Ok(Some(u32::try_from(n)?)),
+            Some(n) => anyhow::bail!("--ack-every {n}: must be between 1 and {MAX_ACK_EVERY}"),
         }
     }
 
@@ -152,6 +171,7 @@ impl IoArgs {
         Ok(TransportOptions {
             idle_timeout: self.idle_timeout()?,
             max_mtu: self.max_mtu()?,
+            ack_every: self.ack_every()?,
             cc: self.cc,
             qlog_dir: self.qlog_dir.clone(),
             ..TransportOptions::default()

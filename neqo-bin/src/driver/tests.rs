@@ -366,12 +366,28 @@ struct Pair {
 
 impl Pair {
     fn new(pacing: bool, one_way: Duration, server_how: Behaviour, client_how: Behaviour) -> Self {
+        Self::with_server_options(
+            pacing,
+            one_way,
+            server_how,
+            client_how,
+            &TransportOptions::default(),
+        )
+    }
+
+    fn with_server_options(
+        pacing: bool,
+        one_way: Duration,
+        server_how: Behaviour,
+        client_how: Behaviour,
+        server_options: &TransportOptions,
+    ) -> Self {
         let identity = Identity::self_signed().unwrap();
         let options = TransportOptions::default();
         let mut server_config = quinn_proto::ServerConfig::with_crypto(
             tls::server_crypto(&identity, &["t".into()]).unwrap(),
         );
-        server_config.transport_config(Arc::new(options.transport("server").unwrap()));
+        server_config.transport_config(Arc::new(server_options.transport("server").unwrap()));
         let mut client_config = quinn_proto::ClientConfig::new(
             tls::client_crypto(&Trust::Certs(identity.chain.clone()), "t").unwrap(),
         );
@@ -511,6 +527,40 @@ fn a_download_completes_byte_exact_paced_and_unpaced() {
             assert_eq!(counters.paced_waits, 0);
         }
     }
+}
+
+/// `--ack-every` on the server: the client, told through an ACK_FREQUENCY frame, sends a
+/// fraction of the ACKs it sends by default (every second packet), and the download is as
+/// complete; with N = 2, the default's rule, as many as the default.
+#[test]
+fn ack_every_reduces_the_acks_the_server_receives() {
+    let client_datagrams = |ack_every| {
+        let options = TransportOptions {
+            ack_every,
+            ..TransportOptions::default()
+        };
+        let mut pair = Pair::with_server_options(
+            true,
+            Duration::from_millis(5),
+            Behaviour::default(),
+            Behaviour::default(),
+            &options,
+        );
+        pair.run();
+        pair.assert_complete();
+        pair.wire(5555)
+    };
+    let default = client_datagrams(None);
+    let every_two = client_datagrams(Some(2));
+    let every_32 = client_datagrams(Some(32));
+    assert!(
+        every_32 * 3 < default,
+        "every 32: {every_32} datagrams from the client, default {default}"
+    );
+    assert!(
+        every_two * 10 > default * 9,
+        "every 2: {every_two} datagrams from the client, default {default}"
+    );
 }
 
 /// Pacing spreads the server's datagrams over more send instants, in smaller bursts, than the
