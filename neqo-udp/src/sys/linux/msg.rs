@@ -16,7 +16,7 @@ use super::cmsg::{self, CmsgBuf, RECV_CMSG_LEN, SEND_CMSG_LEN, Written};
 use crate::{config::MAX_BATCH_SIZE, recv::SlotMeta, sys::Received, transmit::Transmit};
 
 /// Fills `hdr` for sending `t`, pointing at `name`, `iov` and `ctrl`.
-fn prepare_send(
+pub(super) fn prepare_send(
     t: &Transmit<'_>,
     hdr: &mut libc::msghdr,
     iov: &mut libc::iovec,
