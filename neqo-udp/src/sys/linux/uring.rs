@@ -735,3 +735,76 @@ pub(crate) fn register_readiness(
     };
     registered.map_err(|e| e.into())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixDatagram;
+
+    use super::*;
+
+    /// What the kernel does with a `sendmsg` request on a non-blocking socket whose buffer is
+    /// full: without `MSG_DONTWAIT` it arms a poll and completes once there is room (so a
+    /// send that waited for its completions would block); with it, `-EAGAIN` at once.
+    /// (A datagram Unix socket fills when its peer does not read; io_uring's `sendmsg` path
+    /// is the same for every socket type.)
+    #[test]
+    fn full_socket_buffer_waits_unless_dontwait() {
+        let (a, b) = UnixDatagram::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let body = [7u8; 512];
+        while a.send(&body).is_ok() {}
+        let mut ring = IoUring::new(8).unwrap();
+        let mut iov = libc::iovec {
+            iov_base: body.as_ptr().cast_mut().cast(),
+            iov_len: body.len(),
+        };
+        // SAFETY: all-zero is a valid msghdr.
+        let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
+        hdr.msg_iov = &raw mut iov;
+        hdr.msg_iovlen = 1;
+        let send = |ring: &mut IoUring, flags: libc::c_int, tag: u64| {
+            let sqe = opcode::SendMsg::new(types::Fd(a.as_raw_fd()), &raw const hdr)
+                .flags(flags as u32)
+                .build()
+                .user_data(tag);
+            // SAFETY: the header, iovec and body outlive every wait below.
+            unsafe { ring.submission().push(&sqe) }.unwrap();
+            ring.submit().unwrap();
+        };
+
+        send(&mut ring, libc::MSG_DONTWAIT, 1);
+        let cqe = ring.completion().next().expect("completes inline");
+        assert_eq!((cqe.user_data(), cqe.result()), (1, -libc::EAGAIN));
+
+        send(&mut ring, 0, 2);
+        assert!(
+            ring.completion().next().is_none(),
+            "without MSG_DONTWAIT the request waits for room"
+        );
+        // Drain the peer: the writer is woken once most of the buffer is free.
+        b.set_nonblocking(true).unwrap();
+        let mut sink = [0u8; 1024];
+        while b.recv(&mut sink).is_ok() {}
+        ring.submit_and_wait(1).unwrap();
+        let cqe = ring.completion().next().unwrap();
+        assert_eq!((cqe.user_data(), cqe.result()), (2, body.len() as i32));
+    }
+
+    #[test]
+    fn setup_errors_name_what_is_missing() {
+        let e = setup_error(&io::Error::from_raw_os_error(libc::EPERM));
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("io_uring_disabled"), "{e}");
+        let e = setup_error(&io::Error::from_raw_os_error(libc::ENOSYS));
+        assert!(e.to_string().contains("no io_uring"), "{e}");
+    }
+
+    #[test]
+    fn buffer_counts_are_powers_of_two() {
+        assert_eq!(buffer_count(1), 8);
+        assert_eq!(buffer_count(32), 64);
+        assert_eq!(buffer_count(33), 128);
+        assert_eq!(buffer_count(128), 256);
+        assert_eq!(buffer_count(10_000), 256);
+    }
+}
