@@ -180,6 +180,41 @@ fn ipv6_single_mode_no_pacing_perf_with_ca() {
     );
 }
 
+/// `--io uring` on both sides: a download verified byte by byte against the pattern (the
+/// client checks every body), both reports naming the mode; `--help` lists it.
+#[cfg(target_os = "linux")]
+#[test]
+fn uring_mode_on_both_sides() {
+    let server_json = tmp("uring-server.json");
+    let json = tmp("uring-client.json");
+    let server = start_server(&["--io", "uring", "--json", server_json.to_str().unwrap()]);
+    let out = client(&[
+        &url(&server, "/5000000"),
+        "--insecure",
+        "--io",
+        "uring",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.success(), "{}", out.stderr);
+    let v = read_json(&json);
+    assert_eq!(v["bytes_received"], 5_000_000, "{v}");
+    assert_eq!(v["requests"], 1, "{v}");
+    assert_eq!(v["io"], "uring", "{v}");
+    assert!(
+        v["rx_datagrams_per_syscall"].as_f64().unwrap() >= 1.0,
+        "{v}"
+    );
+    let out = terminate(server);
+    assert!(out.success(), "{}", out.stderr);
+    let s = read_json(&server_json);
+    assert_eq!(s["bytes_sent"], 5_000_000, "{s}");
+    for exe in [SERVER, CLIENT] {
+        let help = run(Command::new(exe).arg("--help"), LIMIT).unwrap();
+        assert!(help.stdout.contains("`uring`"), "{exe}: {}", help.stdout);
+    }
+}
+
 #[test]
 fn bad_url_fails() {
     for u in ["not a url", "http://127.0.0.1:1/", "https:///x"] {
