@@ -691,3 +691,13 @@ async fn extra_receive_options_cost_no_control_message() {
         assert_eq!(stats.rx.offload_segments, 10, "{ip}: one GRO run");
     }
 }
+
+/// io_uring mode is Linux only: elsewhere binding in it fails, naming why, rather than
+/// running another mode under its name.
+#[cfg(not(target_os = "linux"))]
+#[tokio::test]
+async fn uring_mode_is_refused_off_linux() {
+    let err = Socket::bind(SocketAddr::new(V4, 0), config(IoMode::Uring)).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::Unsupported);
+    assert!(err.to_string().contains("Linux"), "{err}");
+}

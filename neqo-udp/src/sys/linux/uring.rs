@@ -259,7 +259,11 @@ impl Uring {
             }
         }
         let entries = batch.clamp(1, MAX_BATCH_SIZE).next_power_of_two();
+        // SUBMIT_ALL: a request that fails as it is read fails its link and the kernel
+        // still takes the rest of the submission (cancelled with it), rather than leaving
+        // them queued to go out as a chain of their own.
         let tx_ring = IoUring::builder()
+            .setup_submit_all()
             .build(u32::try_from(entries).unwrap_or(128))
             .map_err(|e| setup_error(&e))?;
         let capacity = tx_ring.params().sq_entries() as usize;
