@@ -42,18 +42,26 @@ struct Point {
     failed: Vec<u64>,
 }
 
-/// A server of the curve: neqo-server with a worker count (`None`: its default), or msquic's.
+/// A server of the curve: neqo-server with a worker count (`None`: its default) and an I/O
+/// mode, or msquic's.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     server: Impl,
     workers: Option<usize>,
+    io: &'static str,
 }
 
 impl Entry {
     fn name(self) -> String {
+        let io = if self.io == "batched" {
+            String::new()
+        } else {
+            format!(", {}", self.io)
+        };
         match (self.server, self.workers) {
-            (Impl::Neqo, Some(1)) => "neqo, 1 worker".to_owned(),
-            (Impl::Neqo, Some(w)) => format!("neqo, {w} workers"),
+            (Impl::Neqo, Some(1)) => format!("neqo, 1 worker{io}"),
+            (Impl::Neqo, Some(w)) => format!("neqo, {w} workers{io}"),
+            (Impl::Neqo, None) => format!("neqo{io}"),
             (server, _) => server.name().to_owned(),
         }
     }
@@ -67,6 +75,7 @@ fn server_command(entry: Entry, json: &JsonFile) -> Command {
             if let Some(w) = entry.workers {
                 c.args(["--workers", &w.to_string()]);
             }
+            c.args(["--io", entry.io]);
             c.arg("--json").arg(&json.0);
             c
         }
@@ -182,7 +191,7 @@ fn median(v: &[f64]) -> Option<f64> {
 pub(super) fn curve(
     peers: &Peers,
     levels: &[u64],
-    workers: &[Option<usize>],
+    (workers, io_modes): (&[Option<usize>], &[&'static str]),
     bytes: u64,
     runs: usize,
 ) -> usize {
@@ -205,16 +214,27 @@ pub(super) fn curve(
         eprintln!("compare --curve: cannot run without neqo-client and neqo-server: {why}");
         return 1;
     }
-    for &w in workers {
-        servers.push(Entry {
-            server: Impl::Neqo,
-            workers: w,
-        });
+    for &io in io_modes {
+        if io == "uring" && !cfg!(target_os = "linux") {
+            let _ = writeln!(
+                out,
+                "(neqo-server --io uring skipped: io_uring is Linux-only)\n"
+            );
+            continue;
+        }
+        for &w in workers {
+            servers.push(Entry {
+                server: Impl::Neqo,
+                workers: w,
+                io,
+            });
+        }
     }
     match &peers.msquic_missing {
         None => servers.push(Entry {
             server: Impl::Msquic,
             workers: None,
+            io: "batched",
         }),
         Some(why) => {
             let _ = writeln!(out, "(msquic server skipped: {why})\n");

@@ -10,9 +10,10 @@
 //!
 //! `cargo run --release -p benches --bin compare -- [--runs N] [--bytes B] [--no-build]`
 //!
-//! With `--curve [--concurrency 1,10,100,1000]` it runs the many-connection curve instead
-//! (`curve.rs`): the same load from `neqo-client --concurrency C` against neqo-server and
-//! the msquic server, server CPU per GB, Gbit/s, latency and memory for each C.
+//! With `--curve [--concurrency 1,10,100,1000] [--workers 1,2] [--io batched,uring]` it runs
+//! the many-connection curve instead (`curve.rs`): the same load from `neqo-client
+//! --concurrency C` against neqo-server (at each worker count and I/O mode) and the msquic
+//! server, server CPU per GB, Gbit/s, latency and memory for each C.
 //!
 //! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin,
 //! `msquic-peer` with its `msquic` feature, and `tcp-tls` from benches) and says which pairs
@@ -149,6 +150,8 @@ const PAIRS: &[Pair] = &[
     quic(Impl::Neqo, Impl::Neqo, "batched", false),
     quic(Impl::Neqo, Impl::Neqo, "single", true),
     quic(Impl::Neqo, Impl::Neqo, "single", false),
+    quic(Impl::Neqo, Impl::Neqo, "uring", true),
+    quic(Impl::Neqo, Impl::Neqo, "uring", false),
     quic(Impl::Msquic, Impl::Msquic, "batched", true),
     quic(Impl::Neqo, Impl::Msquic, "batched", true),
     quic(Impl::Neqo, Impl::Msquic, "batched", false),
@@ -165,6 +168,8 @@ struct Args {
     curve: Option<Vec<u64>>,
     /// The curve's neqo-server worker counts (`None`: its default).
     workers: Vec<Option<usize>>,
+    /// The curve's neqo-server I/O modes.
+    io: Vec<&'static str>,
     /// Run the pairs in a network namespace whose loopback has this MTU.
     mtu: Option<u32>,
 }
@@ -200,6 +205,20 @@ fn parse_workers(v: &str) -> Result<Vec<Option<usize>>, String> {
         .collect()
 }
 
+/// `--io batched,uring`: neqo-server's I/O modes on the curve.
+fn parse_io_modes(v: &str) -> Result<Vec<&'static str>, String> {
+    v.split(',')
+        .map(|m| match m.trim() {
+            "batched" => Ok("batched"),
+            "single" => Ok("single"),
+            "uring" => Ok("uring"),
+            other => Err(format!(
+                "--io: expected batched, single or uring each, got {other:?}"
+            )),
+        })
+        .collect()
+}
+
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         runs: None,
@@ -207,10 +226,12 @@ fn parse_args() -> Result<Args, String> {
         build: true,
         curve: None,
         workers: vec![None],
+        io: vec!["batched"],
         mtu: None,
     };
     let mut levels = None;
     let mut workers = None;
+    let mut io = None;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
@@ -249,9 +270,10 @@ fn parse_args() -> Result<Args, String> {
             "--curve" => a.curve = Some(CURVE_LEVELS.to_vec()),
             "--concurrency" => levels = Some(parse_levels(&value("--concurrency")?)?),
             "--workers" => workers = Some(parse_workers(&value("--workers")?)?),
+            "--io" => io = Some(parse_io_modes(&value("--io")?)?),
             "-h" | "--help" => {
                 println!(
-                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--runs N] [--bytes B] [--no-build]"
+                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--io M1,M2,...] [--runs N] [--bytes B] [--no-build]"
                 );
                 std::process::exit(0);
             }
@@ -269,6 +291,11 @@ fn parse_args() -> Result<Args, String> {
     match (workers, &a.curve) {
         (Some(w), Some(_)) => a.workers = w,
         (Some(_), None) => return Err("--workers: only with --curve".to_owned()),
+        (None, _) => {}
+    }
+    match (io, &a.curve) {
+        (Some(m), Some(_)) => a.io = m,
+        (Some(_), None) => return Err("--io: only with --curve".to_owned()),
         (None, _) => {}
     }
     Ok(a)
@@ -523,7 +550,13 @@ fn main() -> ExitCode {
     let peers = prepare(args.build);
     if let Some(levels) = &args.curve {
         let bytes = args.bytes.unwrap_or(256 << 20);
-        let failed = curve::curve(&peers, levels, &args.workers, bytes, args.runs.unwrap_or(3));
+        let failed = curve::curve(
+            &peers,
+            levels,
+            (&args.workers, &args.io),
+            bytes,
+            args.runs.unwrap_or(3),
+        );
         if failed > 0 {
             eprintln!("compare: {failed} point(s) failed");
             return ExitCode::FAILURE;
@@ -555,6 +588,11 @@ fn main() -> ExitCode {
 
 /// Why `pair` cannot run, if it cannot.
 fn missing(peers: &Peers, pair: &Pair) -> Option<String> {
+    if let Pair::Quic { io: "uring", .. } = pair
+        && !cfg!(target_os = "linux")
+    {
+        return Some("io_uring is Linux-only".to_owned());
+    }
     let needs = [
         (pair.uses(Impl::Neqo), &peers.neqo_missing),
         (pair.uses(Impl::Msquic), &peers.msquic_missing),
@@ -719,11 +757,16 @@ mod tests {
         }
         let no_tcp = peers(true, true, false);
         for pair in PAIRS {
-            assert_eq!(
-                missing(&no_tcp, pair).as_deref(),
-                matches!(pair, Pair::TcpTls).then_some("no tcp-tls"),
-                "{pair:?}"
-            );
+            let uring_elsewhere =
+                matches!(pair, Pair::Quic { io: "uring", .. }) && !cfg!(target_os = "linux");
+            let expected = if matches!(pair, Pair::TcpTls) {
+                Some("no tcp-tls")
+            } else if uring_elsewhere {
+                Some("io_uring is Linux-only")
+            } else {
+                None
+            };
+            assert_eq!(missing(&no_tcp, pair).as_deref(), expected, "{pair:?}");
         }
         let no_msquic = peers(true, false, true);
         assert_eq!(
@@ -733,6 +776,21 @@ mod tests {
                 .count(),
             PAIRS.iter().filter(|p| p.uses(Impl::Msquic)).count()
         );
+    }
+
+    #[test]
+    fn curve_io_modes_parse() {
+        assert_eq!(
+            parse_io_modes("batched,uring"),
+            Ok(vec!["batched", "uring"])
+        );
+        assert_eq!(parse_io_modes(" single "), Ok(vec!["single"]));
+        assert!(
+            parse_io_modes("batched,fast")
+                .unwrap_err()
+                .contains("\"fast\"")
+        );
+        assert!(parse_io_modes("").is_err());
     }
 
     #[test]
