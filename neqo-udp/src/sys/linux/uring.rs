@@ -43,10 +43,9 @@ use std::{
 
 use bytes::BytesMut;
 use io_uring::{IoUring, cqueue, opcode, register::Probe, squeue, types};
-use socket2::SockAddr;
 
 use super::{
-    cmsg::{self, CmsgBuf, RECV_CMSG_LEN, SEND_CMSG_LEN, Written},
+    cmsg::{self, RECV_CMSG_LEN, Written},
     msg,
 };
 use crate::{
@@ -424,23 +423,14 @@ impl Uring {
         }
         let mut hdrs: [MaybeUninit<libc::msghdr>; MAX_BATCH_SIZE] =
             [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE];
-        let mut iovs: [MaybeUninit<libc::iovec>; MAX_BATCH_SIZE] =
-            [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE];
-        let mut names: [MaybeUninit<SockAddr>; MAX_BATCH_SIZE] =
-            [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE];
-        let mut ctrls: [MaybeUninit<CmsgBuf<SEND_CMSG_LEN>>; MAX_BATCH_SIZE] =
-            [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE];
+        let mut scratch = msg::SendScratch::new();
         let mut pushed = true;
         {
             let mut sq = tx.ring.submission();
             for (i, t) in messages[..n].iter().enumerate() {
-                // SAFETY: all-zero is a valid msghdr and iovec.
+                // SAFETY: all-zero is a valid msghdr.
                 let hdr = hdrs[i].write(unsafe { mem::zeroed() });
-                // SAFETY: as above.
-                let iov = iovs[i].write(unsafe { mem::zeroed() });
-                let name = names[i].write(SockAddr::from(t.destination));
-                let ctrl = ctrls[i].write(CmsgBuf([0u8; SEND_CMSG_LEN]));
-                msg::prepare_send(t, hdr, iov, name, ctrl);
+                scratch.prepare(i, t, hdr);
                 let mut sqe = opcode::SendMsg::new(types::Fd(fd.as_raw_fd()), ptr::from_ref(&*hdr))
                     .flags(libc::MSG_DONTWAIT as u32)
                     .build()
@@ -448,8 +438,8 @@ impl Uring {
                 if i + 1 < n {
                     sqe = sqe.flags(squeue::Flags::IO_LINK);
                 }
-                // SAFETY: the header points at this frame's iovec, name and control buffer and
-                // at the transmit's contents, all of which outlive the wait below for every
+                // SAFETY: the header points at the iovec, name and control buffer of its slot
+                // in `scratch` (in this frame, not moved) and at the transmit's contents, all of which outlive the wait below for every
                 // completion of this submission. The queue was empty (every call waits for
                 // all it submitted) and has `capacity >= n` entries.
                 if unsafe { sq.push(&sqe) }.is_err() {
