@@ -234,16 +234,60 @@ impl Worker {
     }
 }
 
-/// A worker's thread.
-struct WorkerThread {
+/// A worker's or the dispatcher's thread: it serves until told to stop, and ends with its
+/// report.
+struct ServedThread<R> {
     stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<anyhow::Result<ServerReport>>>,
+    thread: Option<JoinHandle<anyhow::Result<R>>>,
 }
 
-/// The dispatcher's thread.
-struct DispatcherThread {
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<anyhow::Result<DispatchReport>>>,
+impl<R: Send + 'static> ServedThread<R> {
+    /// Starts thread `name` with a current-thread runtime of its own. In it, `start` makes
+    /// what the thread serves (its sockets register with that runtime), and its error is
+    /// returned here; then `serve` runs it with a future that completes when `stop` is sent.
+    /// `ended` goes with the thread, so the server learns of its end however it comes.
+    fn spawn<T, Fut>(
+        name: String,
+        ended: Ended,
+        start: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+        serve: impl FnOnce(T, oneshot::Receiver<()>) -> Fut + Send + 'static,
+    ) -> anyhow::Result<Self>
+    where
+        Fut: Future<Output = anyhow::Result<R>>,
+    {
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let _ended = ended;
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let served = match start() {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let msg = format!("{e:#}");
+                            let _ = ready_tx.send(Err(e));
+                            bail!(msg);
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    serve(served, stopped).await
+                })
+            })
+            .context("starting its thread")?;
+        let served = Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        };
+        match ready.recv() {
+            Ok(Ok(())) => Ok(served),
+            Ok(Err(e)) => Err(e),
+            Err(_) => bail!("died while starting"),
+        }
+    }
 }
 
 /// Tells the server a worker's (or the dispatcher's) thread ended, however it ended (a panic
@@ -258,9 +302,9 @@ impl Drop for Ended {
 
 /// The running workers.
 pub(super) struct Workers {
-    threads: Vec<WorkerThread>,
+    threads: Vec<ServedThread<ServerReport>>,
     /// With channel steering.
-    dispatcher: Option<DispatcherThread>,
+    dispatcher: Option<ServedThread<DispatchReport>>,
     /// The index of each worker whose thread ended; the worker count for the dispatcher.
     ended: mpsc::UnboundedReceiver<usize>,
     pub(super) totals: Arc<Totals>,
@@ -324,86 +368,40 @@ impl Workers {
         };
         let count = per_worker.len();
         for (index, paths) in per_worker.into_iter().enumerate() {
-            let (ready_tx, ready) = std::sync::mpsc::channel();
-            let (stop, stopped) = oneshot::channel::<()>();
-            let (shared, ended) = (shared.clone(), Ended(ended_tx.clone(), index));
-            let thread = std::thread::Builder::new()
-                .name(format!("neqo-server-{index}"))
-                .spawn(move || {
-                    let _ended = ended;
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    rt.block_on(async move {
-                        let worker = match Worker::new(index, paths, &shared) {
-                            Ok(w) => w,
-                            Err(e) => {
-                                let msg = format!("{e:#}");
-                                let _ = ready_tx.send(Err(e));
-                                bail!(msg);
-                            }
-                        };
-                        let _ = ready_tx.send(Ok(()));
-                        worker
-                            .run(async move {
-                                let _ = stopped.await;
-                            })
-                            .await
+            let shared = shared.clone();
+            let worker = ServedThread::spawn(
+                format!("neqo-server-{index}"),
+                Ended(ended_tx.clone(), index),
+                move || Worker::new(index, paths, &shared),
+                |worker, stopped| {
+                    worker.run(async move {
+                        let _ = stopped.await;
                     })
-                })
-                .context("starting a worker thread")?;
-            workers.threads.push(WorkerThread {
-                stop: Some(stop),
-                thread: Some(thread),
-            });
-            match ready.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(e.context(format!("worker {index}"))),
-                Err(_) => bail!("worker {index} died while starting"),
-            }
+                },
+            )
+            .with_context(|| format!("worker {index}"))?;
+            workers.threads.push(worker);
         }
         if let Some(dispatchers) = dispatch {
-            let (ready_tx, ready) = std::sync::mpsc::channel();
-            let (stop, stopped) = oneshot::channel::<()>();
-            let ended = Ended(ended_tx, count);
             let config = shared.config.socket.clone();
-            let thread = std::thread::Builder::new()
-                .name("neqo-server-dispatch".to_owned())
-                .spawn(move || {
-                    let _ended = ended;
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    rt.block_on(async move {
-                        let sockets = dispatchers
-                            .into_iter()
-                            .map(|(s, d)| Ok((neqo_udp::Socket::from_std(s, config.clone())?, d)))
-                            .collect::<std::io::Result<Vec<_>>>();
-                        let sockets = match sockets {
-                            Ok(s) => s,
-                            Err(e) => {
-                                let msg = format!("{e:#}");
-                                let _ = ready_tx.send(Err(anyhow::Error::from(e)));
-                                bail!(msg);
-                            }
-                        };
-                        let _ = ready_tx.send(Ok(()));
-                        Ok(dispatch::run(sockets, async move {
-                            let _ = stopped.await;
-                        })
-                        .await?)
+            let dispatcher = ServedThread::spawn(
+                "neqo-server-dispatch".to_owned(),
+                Ended(ended_tx, count),
+                move || {
+                    dispatchers
+                        .into_iter()
+                        .map(|(s, d)| Ok((neqo_udp::Socket::from_std(s, config.clone())?, d)))
+                        .collect::<anyhow::Result<Vec<_>>>()
+                },
+                |sockets, stopped| async move {
+                    Ok(dispatch::run(sockets, async move {
+                        let _ = stopped.await;
                     })
-                })
-                .context("starting the dispatcher thread")?;
-            workers.dispatcher = Some(DispatcherThread {
-                stop: Some(stop),
-                thread: Some(thread),
-            });
-            match ready.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(e.context("the dispatcher")),
-                Err(_) => bail!("the dispatcher died while starting"),
-            }
+                    .await?)
+                },
+            )
+            .context("the dispatcher")?;
+            workers.dispatcher = Some(dispatcher);
         }
         Ok(workers)
     }
@@ -514,9 +512,12 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub(super) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use anyhow::bail;
+    use tokio::sync::mpsc;
+
     use super::{
         super::{Server, ServerConfig},
-        Steering,
+        Ended, ServedThread, Steering,
     };
 
     /// The worker that panics at its next turn, for the test below (none: `usize::MAX`).
@@ -543,6 +544,46 @@ pub(super) mod tests {
         );
         assert!(m.contains("--steering auto or channel"), "{m}");
         assert!(!m.contains('\n'), "{m}");
+    }
+
+    /// A thread whose start fails, or panics, reports it from `spawn` and never serves; one
+    /// that starts serves until stopped and ends with its report. Each says it ended.
+    #[test]
+    fn a_served_thread_reports_its_start_and_its_end() {
+        let (ended_tx, mut ended) = mpsc::unbounded_channel();
+        let err = ServedThread::<u32>::spawn(
+            "t-fails".to_owned(),
+            Ended(ended_tx.clone(), 7),
+            || -> anyhow::Result<()> { bail!("no socket") },
+            |(), _stopped| async { unreachable!("serving after a failed start") },
+        )
+        .err()
+        .expect("the start's error");
+        assert_eq!(format!("{err:#}"), "no socket");
+        let err = ServedThread::<u32>::spawn(
+            "t-panics".to_owned(),
+            Ended(ended_tx.clone(), 8),
+            || -> anyhow::Result<()> { panic!("for the test") },
+            |(), _stopped| async { unreachable!("serving after a panicked start") },
+        )
+        .err()
+        .expect("the panic, as an error");
+        assert_eq!(format!("{err:#}"), "died while starting");
+        let mut t = ServedThread::spawn(
+            "t-serves".to_owned(),
+            Ended(ended_tx, 9),
+            || Ok(40_u32),
+            |n, stopped| async move {
+                let _ = stopped.await;
+                Ok(n + 2)
+            },
+        )
+        .unwrap();
+        let _ = t.stop.take().unwrap().send(());
+        assert_eq!(t.thread.take().unwrap().join().unwrap().unwrap(), 42);
+        let mut seen: Vec<usize> = std::iter::from_fn(|| ended.try_recv().ok()).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, [7, 8, 9]);
     }
 
     /// Runs `server` without a shutdown after `datagram` reaches it; returns its error.
