@@ -581,7 +581,9 @@ pub(super) mod tests {
         .unwrap();
         let _ = t.stop.take().unwrap().send(());
         assert_eq!(t.thread.take().unwrap().join().unwrap().unwrap(), 42);
-        let mut seen: Vec<usize> = std::iter::from_fn(|| ended.try_recv().ok()).collect();
+        // The failed threads end just after `spawn` has their error: wait for every end (the
+        // channel closes once the last `Ended` is gone with its thread).
+        let mut seen: Vec<usize> = std::iter::from_fn(|| ended.blocking_recv()).collect();
         seen.sort_unstable();
         assert_eq!(seen, [7, 8, 9]);
     }
