@@ -92,6 +92,16 @@ struct Spec {
     limit: Duration,
 }
 
+/// The idle and handshake timeouts of both endpoints in `case`, in seconds, as
+/// `run_endpoint.sh` sets them (it says why the handshake cases need five minutes).
+fn endpoint_timeout(case: &str) -> &'static str {
+    if matches!(case, "handshakeloss" | "handshakecorruption") {
+        "300"
+    } else {
+        "60"
+    }
+}
+
 fn files(prefix: &str, sizes: &[usize]) -> Vec<(String, usize)> {
     sizes
         .iter()
@@ -142,7 +152,9 @@ fn spec(case: &str) -> Spec {
                 "--corrupt"
             };
             s.relay = Some(vec![what, "30%", "--delay", "5"]);
-            s.limit = Duration::from_secs(240);
+            // One connection may take the endpoints' whole timeout, the others the usual
+            // few seconds each.
+            s.limit = Duration::from_secs(600);
         }
         "transferloss" | "transfercorruption" => {
             s.files = files(case, &[2 << 20]);
@@ -334,14 +346,15 @@ fn server_command(dirs: &Dirs, case: &str, server: Impl, v6: bool) -> Command {
         Impl::Msquic => {
             let mut c = Command::new(release_binary("msquic-peer"));
             // As run_endpoint.sh's idle and handshake timeouts, for the same reason.
+            let timeout = endpoint_timeout(case);
             c.args([
                 "server",
                 "--alpn",
                 "hq-interop",
                 "--idle-timeout",
-                "60",
+                timeout,
                 "--handshake-timeout",
-                "60",
+                timeout,
                 "--listen",
             ])
             .arg(if v6 { "[::1]:0" } else { "127.0.0.1:0" })
@@ -371,10 +384,11 @@ fn client_commands(dirs: &Dirs, case: &str, client: Impl, urls: &[String]) -> Ve
             let one = |urls: &[String], n: usize| {
                 let mut c = Command::new(release_binary("msquic-peer"));
                 // As run_endpoint.sh's idle and handshake timeouts.
+                let timeout = endpoint_timeout(case);
                 c.arg("client")
                     .args(urls)
-                    .args(["--insecure", "--idle-timeout", "60"])
-                    .args(["--handshake-timeout", "60", "--output-dir"])
+                    .args(["--insecure", "--idle-timeout", timeout])
+                    .args(["--handshake-timeout", timeout, "--output-dir"])
                     .arg(&dirs.downloads)
                     .arg("--json")
                     .arg(dirs.reports.join(format!("client-{n}.json")));
