@@ -49,6 +49,37 @@ pub struct UdpSocketState {
     buffers: BufferSizes,
 }
 
+/// Asks for a `size`-byte receive (`recv`) or send buffer, and past the kernel's cap with
+/// the FORCE option where the cap stood in the way (Linux reports twice what it grants, half
+/// being bookkeeping; elsewhere there is no forcing, and the call says so). Refusals are
+/// logged, not failed: the caller reports what was granted.
+fn request_buffer(
+    sock: UdpSockRef<'_>,
+    s: &socket2::SockRef<'_>,
+    recv: bool,
+    size: usize,
+) -> io::Result<()> {
+    let (name, set) = if recv {
+        ("SO_RCVBUF", s.set_recv_buffer_size(size))
+    } else {
+        ("SO_SNDBUF", s.set_send_buffer_size(size))
+    };
+    if let Err(e) = set {
+        tracing::debug!("{name} {size}: {e}");
+    }
+    let granted = if recv {
+        s.recv_buffer_size()?
+    } else {
+        s.send_buffer_size()?
+    };
+    if granted < 2 * size
+        && let Err(e) = sys::force_buffer(sock, recv, size)
+    {
+        tracing::debug!("{name}FORCE {size}: {e}");
+    }
+    Ok(())
+}
+
 impl UdpSocketState {
     /// Configures `sock` (a bound, unconnected UDP socket) for `config`: socket buffers, the
     /// offloads the kernel supports, ECN and local-address reporting.
@@ -61,26 +92,10 @@ impl UdpSocketState {
             // the cap only with CAP_NET_ADMIN (the FORCE options); we report what it granted
             // rather than fail.
             if let Some(size) = config.recv_buffer_size {
-                if let Err(e) = s.set_recv_buffer_size(size) {
-                    tracing::debug!("SO_RCVBUF {size}: {e}");
-                }
-                // Linux reports twice what it grants (half is bookkeeping); elsewhere there
-                // is no forcing, and the call says so.
-                if s.recv_buffer_size()? < 2 * size
-                    && let Err(e) = sys::force_buffer(sock, true, size)
-                {
-                    tracing::debug!("SO_RCVBUFFORCE {size}: {e}");
-                }
+                request_buffer(sock, s, true, size)?;
             }
             if let Some(size) = config.send_buffer_size {
-                if let Err(e) = s.set_send_buffer_size(size) {
-                    tracing::debug!("SO_SNDBUF {size}: {e}");
-                }
-                if s.send_buffer_size()? < 2 * size
-                    && let Err(e) = sys::force_buffer(sock, false, size)
-                {
-                    tracing::debug!("SO_SNDBUFFORCE {size}: {e}");
-                }
+                request_buffer(sock, s, false, size)?;
             }
             io::Result::Ok(BufferSizes {
                 recv: s.recv_buffer_size()?,
