@@ -5,7 +5,9 @@
 //! request after another of at most 1 MiB. Per server and C: server CPU
 //! seconds per GB (its process's user + system time over the bytes served), aggregate
 //! Gbit/s, request latency p50 and p99, handshake p99, server peak RSS, the client's CPU
-//! seconds per GB (the load generator shares the cores with the server), and the requests
+//! seconds per GB (the load generator shares the cores with the server), the datagrams the
+//! client sent per GB (nearly all ACKs: how many runs of the server's it acknowledged, the
+//! count that drives both sides' cost as connections grow), and the requests
 //! of connections the server refused (msquic refuses new connections while its worker is
 //! overloaded; the other figures are then of what was served).
 
@@ -33,6 +35,8 @@ pub(super) const fn load(bytes: u64, c: u64) -> (u64, u64) {
 struct Point {
     server_cpu_s_per_gb: Vec<f64>,
     client_cpu_s_per_gb: Vec<f64>,
+    /// Thousands of datagrams the client sent per GB received.
+    client_datagrams_k_per_gb: Vec<f64>,
     gbps: Vec<f64>,
     p50_ms: Vec<f64>,
     p99_ms: Vec<f64>,
@@ -159,6 +163,9 @@ fn one_run(
     point
         .client_cpu_s_per_gb
         .push(client.cpu().as_secs_f64() / gb);
+    point
+        .client_datagrams_k_per_gb
+        .extend(datagrams_sent_k_per_gb(&report, gb));
     if let Some(g) = positive(&report, "gbps") {
         point.gbps.push(g);
     }
@@ -175,6 +182,13 @@ fn one_run(
     let rss = srv.max_rss_kib as f64 / 1024.0;
     point.server_rss_mb = point.server_rss_mb.max(rss);
     Ok(())
+}
+
+/// Thousands of datagrams a `neqo-client` report says its sockets sent, per `gb` received.
+fn datagrams_sent_k_per_gb(report: &serde_json::Value, gb: f64) -> Option<f64> {
+    let sent = report.pointer("/socket/tx/datagrams")?.as_u64()?;
+    #[expect(clippy::cast_precision_loss, reason = "a rate")]
+    Some(sent as f64 / gb / 1000.0)
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -203,11 +217,11 @@ pub(super) fn curve(
     );
     let _ = writeln!(
         out,
-        "| C | server | request | server CPU s/GB | Gbit/s | request p50 [ms] | request p99 [ms] | handshake p99 [ms] | server RSS [MB] | client CPU s/GB | refused |"
+        "| C | server | request | server CPU s/GB | Gbit/s | request p50 [ms] | request p99 [ms] | handshake p99 [ms] | server RSS [MB] | client CPU s/GB | client datagrams [k/GB] | refused |"
     );
     let _ = writeln!(
         out,
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut servers = vec![];
     if let Some(why) = &peers.neqo_missing {
@@ -267,7 +281,7 @@ pub(super) fn curve(
             if let Some(e) = &failures[si] {
                 failed += 1;
                 let e = e.replace('|', "/").replace(['\n', '\r'], " ");
-                let _ = writeln!(out, "| {c} | {name} | FAILED: {e} | | | | | | | | |");
+                let _ = writeln!(out, "| {c} | {name} | FAILED: {e} | | | | | | | | | |");
                 continue;
             }
             let p = &points[si];
@@ -276,7 +290,7 @@ pub(super) fn curve(
             };
             let _ = writeln!(
                 out,
-                "| {c} | {name} | {requests} x {size} B | {} | {} | {} | {} | {} | {:.1} | {} | {} |",
+                "| {c} | {name} | {requests} x {size} B | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} |",
                 f(&p.server_cpu_s_per_gb, 2),
                 f(&p.gbps, 2),
                 f(&p.p50_ms, 1),
@@ -284,6 +298,7 @@ pub(super) fn curve(
                 f(&p.handshake_p99_ms, 1),
                 p.server_rss_mb,
                 f(&p.client_cpu_s_per_gb, 2),
+                f(&p.client_datagrams_k_per_gb, 1),
                 p.failed.iter().max().copied().unwrap_or(0),
             );
         }
@@ -303,6 +318,14 @@ mod tests {
         assert_eq!(load(256 << 20, 1000), (1 << 20, 1), "at least 1 MiB each");
         assert_eq!(load(10, 3), (1 << 20, 1));
         assert_eq!(load(3 << 20, 2), (1 << 20, 1), "whole requests only");
+    }
+
+    #[test]
+    fn datagrams_sent_come_from_the_client_socket_report() {
+        let report = serde_json::json!({"socket": {"tx": {"datagrams": 72_100}}});
+        assert_eq!(datagrams_sent_k_per_gb(&report, 0.5), Some(144.2));
+        let none = serde_json::json!({"socket": {"rx": {"datagrams": 5}}});
+        assert_eq!(datagrams_sent_k_per_gb(&none, 1.0), None);
     }
 
     #[test]
