@@ -8,10 +8,13 @@
 //!   any QUIC stack so that other peers can share them.
 //! - [`body`]: bodies in and out of quinn-proto streams; [`disk`]: file work off the driver
 //!   thread.
+//! - [`congestion`]: the congestion controller every connection gets (`--cc`, with a floor
+//!   through the handshake).
 
 pub mod body;
 pub mod cli;
 pub mod client;
+pub mod congestion;
 pub mod disk;
 pub mod driver;
 pub mod hq;

@@ -7,11 +7,14 @@ use std::{
     time::Duration,
 };
 
-use crate::tls_counters::{self, CountingServer, CountingStore};
+use crate::{
+    congestion::HandshakeFloorFactory,
+    tls_counters::{self, CountingServer, CountingStore},
+};
 use anyhow::{Context as _, bail};
 use quinn_proto::{
     AckFrequencyConfig, IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt,
-    congestion::{BbrConfig, CubicConfig, NewRenoConfig},
+    congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig},
     crypto::rustls::{QuicClientConfig, QuicServerConfig},
 };
 use rustls::{
@@ -156,17 +159,12 @@ impl TransportOptions {
         let mut mtud = MtuDiscoveryConfig::default();
         mtud.upper_bound(self.mtu_upper_bound);
         t.mtu_discovery_config(Some(mtud));
-        match self.cc {
-            CongestionControl::Newreno => {
-                t.congestion_controller_factory(Arc::new(NewRenoConfig::default()));
-            }
-            CongestionControl::Cubic => {
-                t.congestion_controller_factory(Arc::new(CubicConfig::default()));
-            }
-            CongestionControl::Bbr => {
-                t.congestion_controller_factory(Arc::new(BbrConfig::default()));
-            }
-        }
+        let cc: Arc<dyn ControllerFactory + Send + Sync> = match self.cc {
+            CongestionControl::Newreno => Arc::new(NewRenoConfig::default()),
+            CongestionControl::Cubic => Arc::new(CubicConfig::default()),
+            CongestionControl::Bbr => Arc::new(BbrConfig::default()),
+        };
+        t.congestion_controller_factory(Arc::new(HandshakeFloorFactory::new(cc)));
         if let Some(dir) = &self.qlog_dir {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating qlog dir {}", dir.display()))?;

@@ -44,7 +44,11 @@ pub struct RelayConfig {
     pub seed: u64,
     /// Socket configuration for all the relay's sockets.
     pub io: neqo_udp::Config,
-    /// A client silent this long loses its upstream socket.
+    /// A client silent this long, both ways, loses its upstream socket, so that its next
+    /// datagram comes from a new address. Longer than any quiet spell of a handshake still
+    /// under way: probes back off to minutes apart in a five-minute handshake, and a new
+    /// address in the middle of a handshake ends it (RFC 9000 section 9 allows no migration
+    /// before the handshake is confirmed).
     pub session_idle: Duration,
     /// Drops every datagram, both ways, from `.0` after the first client datagram, for `.1`:
     /// a path that goes dark and comes back.
@@ -97,7 +101,7 @@ impl RelayConfig {
             to_client: imp,
             seed,
             io: neqo_udp::Config::default(),
-            session_idle: Duration::from_secs(60),
+            session_idle: Duration::from_secs(600),
             blackhole: None,
             amplification_window: None,
             rebind: None,
