@@ -112,6 +112,9 @@ pub fn mtu_bound(peer: Option<SocketAddr>, max_mtu: Option<u16>) -> u16 {
     route.map_or(max, |r| max.min(r)).max(MIN_MTU_BOUND)
 }
 
+/// Requests (bidirectional streams) a peer may have open at once on a connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+
 /// The client's default [`TransportOptions::keep_alive`]: a stalled path recovers within it,
 /// for one small datagram a second on an idle connection.
 pub const CLIENT_KEEP_ALIVE: Duration = Duration::from_secs(1);
@@ -147,8 +150,12 @@ impl TransportOptions {
             VarInt::from_u64(self.receive_window).context("receive window too large")?,
         );
         t.send_window(32 << 20);
-        t.max_concurrent_bidi_streams(VarInt::from_u32(100));
+        t.max_concurrent_bidi_streams(VarInt::from_u32(MAX_CONCURRENT_STREAMS));
         t.max_concurrent_uni_streams(VarInt::from_u32(0));
+        // No protocol here uses DATAGRAM frames (RFC 9221): not advertising them makes a peer
+        // that sends one a protocol violation, where quinn-proto's default would buffer
+        // about 1.25 MB of them per connection that nothing ever reads.
+        t.datagram_receive_buffer_size(None);
         t.keep_alive_interval(self.keep_alive);
         if let Some(n) = self.ack_every {
             let mut ack = AckFrequencyConfig::default();

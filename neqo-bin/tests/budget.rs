@@ -20,8 +20,8 @@ use neqo_bin::{
     tls::{self, ALPN_HQ, TransportOptions, Trust},
 };
 use quinn_proto::{
-    ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
-    Event, congestion::CubicConfig,
+    ClientConfig, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Dir, Endpoint,
+    EndpointConfig, Event, congestion::CubicConfig,
 };
 
 /// A hang guard for the handshake, never a speed check.
@@ -41,10 +41,14 @@ struct GapClient {
 }
 
 impl GapClient {
-    /// Connects to `server` (real time, every datagram delivered) until the handshake is
+    /// Connects to `server` from loopback address `127.0.0.host` (each its own source to the
+    /// server's fair shares), in real time, every datagram delivered, until the handshake is
     /// done.
-    fn connect(server: &ServerHandle) -> Self {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ///
+    /// # Errors
+    /// The connection's end, if the server refuses it.
+    fn connect(server: &ServerHandle, host: u8) -> Result<Self, ConnectionError> {
+        let socket = UdpSocket::bind(SocketAddr::from(([127, 0, 0, host], 0))).unwrap();
         socket
             .set_read_timeout(Some(Duration::from_millis(5)))
             .unwrap();
@@ -82,6 +86,9 @@ impl GapClient {
             c.flush(now, true);
             c.receive(now);
             while let Some(e) = c.conn.poll() {
+                if let Event::ConnectionLost { reason } = &e {
+                    return Err(reason.clone());
+                }
                 connected |= matches!(e, Event::Connected);
             }
         }
@@ -96,7 +103,7 @@ impl GapClient {
             }
             c.flush(now, true);
         }
-        c
+        Ok(c)
     }
 
     /// Sends (or, if `deliver` is false, drops) everything the connection has to send now.
@@ -195,15 +202,15 @@ fn a_gap_client_fills_its_whole_window() {
         bytes: 8 << 30,
         floor_connections: 1,
     });
-    let taken = GapClient::connect(&s).hold();
+    let taken = GapClient::connect(&s, 1).unwrap().hold();
     assert_eq!(taken, MAX_WINDOW, "the streams took the connection window");
     let r = s.stop().unwrap();
     assert_eq!(r.receive_budget, 8 << 30);
 }
 
-/// 20 connections holding data behind gaps: each got a window out of a 64 MiB budget, and
-/// all together they could make the server hold no more than the budget. With the old fixed
-/// 64 MiB windows they would have held 1.25 GiB.
+/// 20 connections from 20 hosts holding data behind gaps: each got a window out of a 64 MiB
+/// budget, and all together they could make the server hold no more than the budget. With
+/// the old fixed 64 MiB windows they would have held 1.25 GiB.
 #[test]
 fn twenty_gap_connections_stay_within_the_budget() {
     const BUDGET: u64 = 64 << 20;
@@ -213,8 +220,8 @@ fn twenty_gap_connections_stay_within_the_budget() {
     });
     let mut clients = Vec::new();
     let mut held = Vec::new();
-    for _ in 0..20 {
-        let mut c = GapClient::connect(&s);
+    for host in 1..=20 {
+        let mut c = GapClient::connect(&s, host).unwrap();
         held.push(c.hold());
         clients.push(c);
     }
@@ -226,4 +233,44 @@ fn twenty_gap_connections_stay_within_the_budget() {
     drop(clients);
     let r = s.stop().unwrap();
     assert!(r.receive_windows <= BUDGET, "{}", r.summary());
+}
+
+/// One host holding data behind gaps on connection after connection gets a sixteenth of the
+/// budget in large windows and half the floor's connections, and is then refused; another
+/// host still gets a large window.
+#[test]
+fn one_host_takes_half_the_floor_and_its_share_at_most() {
+    const BUDGET: u64 = 64 << 20;
+    const FLOOR: u64 = 20;
+    let s = server(Budget {
+        bytes: BUDGET,
+        floor_connections: FLOOR,
+    });
+    let mut clients = Vec::new();
+    let mut held = Vec::new();
+    let refused = loop {
+        assert!(held.len() < 40, "never refused: {held:?}");
+        match GapClient::connect(&s, 1) {
+            Ok(mut c) => {
+                held.push(c.hold());
+                clients.push(c);
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&refused, ConnectionError::ConnectionClosed(c)
+            if c.error_code == quinn_proto::TransportErrorCode::CONNECTION_REFUSED),
+        "{refused}"
+    );
+    eprintln!("one host held {held:?}");
+    assert_eq!(held.len() as u64, FLOOR / 2, "{held:?}");
+    let bonus: u64 = held.iter().map(|h| h - MIN_WINDOW).sum();
+    assert!(bonus <= BUDGET / 16, "{held:?}");
+    let mut other = GapClient::connect(&s, 2).expect("another host is served");
+    let other_held = other.hold();
+    assert!(other_held > MIN_WINDOW, "{other_held}");
+    drop((clients, other));
+    let r = s.stop().unwrap();
+    assert_eq!(r.refused_source_share, 1, "{}", r.summary());
 }

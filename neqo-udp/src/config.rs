@@ -73,6 +73,23 @@ impl FromStr for IoMode {
     }
 }
 
+/// What the buffer of a received [`Datagram`](crate::Datagram) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecvBuffers {
+    /// Each datagram in an allocation of its own size, so that whatever a QUIC stack keeps of
+    /// it (data behind a gap, queued packets) costs what the stack counts. One copy per
+    /// byte more than [`SharedRuns`](Self::SharedRuns). For a server, or any receiver whose
+    /// peers may be hostile.
+    #[default]
+    Own,
+    /// The datagrams of a GRO run longer than 4 KiB share the 64 KiB receive slot it arrived
+    /// in, cut from it without a copy; shorter ones are copied. A datagram kept pins its
+    /// whole slot, so a peer that makes the stack keep one datagram of each run makes it hold
+    /// up to 54 times what it counts: for a receiver that trusts its peer (a client of a
+    /// server it chose) or drops every datagram at once.
+    SharedRuns,
+}
+
 /// Socket configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -93,6 +110,8 @@ pub struct Config {
     /// `SO_SNDBUF` to ask for; `None` keeps the kernel's default; past `wmem_max` as for
     /// `recv_buffer_size`.
     pub send_buffer_size: Option<usize>,
+    /// Whether received datagrams get allocations of their own or share their GRO run's.
+    pub recv_buffers: RecvBuffers,
 }
 
 impl Default for Config {
@@ -104,6 +123,7 @@ impl Default for Config {
             mode: IoMode::Batched,
             recv_buffer_size: Some(DEFAULT_SOCKET_BUFFER),
             send_buffer_size: Some(DEFAULT_SOCKET_BUFFER),
+            recv_buffers: RecvBuffers::Own,
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use crate::{
+    config::RecvBuffers,
     recv::{RecvBatch, SlotMeta, segment_lengths},
     stats::RxDrop,
 };
@@ -23,16 +24,21 @@ pub struct FuzzSlot {
 
 /// Fills a batch with `contents` cut per `slots`, then splits it into datagrams and checks
 /// the invariants: nothing invented, nothing lost, order kept, no datagram empty or longer
-/// than its stride. Panics on a violation.
+/// than its stride, each in an allocation no larger than itself. Panics on a violation.
 pub fn split_batch(contents: &[u8], slots: &[FuzzSlot]) {
     let n = slots.len().clamp(1, 64);
-    // Slots of up to 1 KiB are copied out, larger ones cut in place: both paths are fed.
-    let mut batch = RecvBatch::with_slots(n, 4096).copying_up_to(1024);
+    // Both ways of handing datagrams out, the slots' 8 KiB long enough to be shared.
+    let buffers = if contents.len().is_multiple_of(2) {
+        RecvBuffers::Own
+    } else {
+        RecvBuffers::SharedRuns
+    };
+    let mut batch = RecvBatch::with_slots(n, 8192).with_buffers(buffers);
     let (bufs, metas) = batch.prepare(n);
     let mut offset = 0;
     let mut expected = Vec::new();
     for ((buf, meta), s) in bufs.iter_mut().zip(metas.iter_mut()).zip(slots) {
-        let len = s.len.min(4096).min(contents.len() - offset);
+        let len = s.len.min(8192).min(contents.len() - offset);
         let bytes = &contents[offset..offset + len];
         offset += len;
         *meta = SlotMeta {
@@ -58,14 +64,26 @@ pub fn split_batch(contents: &[u8], slots: &[FuzzSlot]) {
     let mut got: Vec<Vec<u8>> = batch
         .datagrams()
         .take(first_go)
-        .map(|d| d.data.to_vec())
+        .map(|d| own_copy(d, buffers))
         .collect();
-    got.extend(batch.datagrams().map(|d| d.data.to_vec()));
+    got.extend(batch.datagrams().map(|d| own_copy(d, buffers)));
     assert!(
         got.iter().all(|d| !d.is_empty()),
         "no empty datagram handed up"
     );
     assert_eq!(got, expected, "datagrams are the slots' segments, in order");
+}
+
+/// A datagram's bytes, checking that its allocation holds nothing but them where it must.
+fn own_copy(d: crate::Datagram, buffers: RecvBuffers) -> Vec<u8> {
+    if buffers == RecvBuffers::Own {
+        assert_eq!(
+            d.data.capacity(),
+            d.data.len(),
+            "a datagram in a shared allocation"
+        );
+    }
+    d.data.to_vec()
 }
 
 /// Decodes arbitrary bytes as a received control-message buffer. Must never read outside
@@ -104,7 +122,7 @@ mod tests {
             let contents: Vec<u8> = (0..(next() % 20_000)).map(|_| next() as u8).collect();
             let slots: Vec<FuzzSlot> = (0..(next() % 40))
                 .map(|_| FuzzSlot {
-                    len: (next() % 5000) as usize,
+                    len: (next() % 9000) as usize,
                     stride: (next() % 1500) as usize,
                     truncated: next().is_multiple_of(10),
                 })

@@ -13,7 +13,8 @@
 //!   receive and send syscalls on it; you wait for readiness in your own event loop.
 //! - [`Socket`] (feature `tokio`, on by default): that state on a tokio socket.
 //! - [`RecvBatch`]: receive buffers; [`RecvBatch::datagrams`] yields each [`Datagram`]
-//!   (GRO runs already split) as an owned `BytesMut`, without a copy for large runs.
+//!   (GRO runs already split) as an owned `BytesMut` of its own size, which a QUIC stack may
+//!   hold as long as it likes without pinning the batch's buffers.
 //! - [`Transmit`]: a datagram or a GSO run to send, borrowed; [`TxQueue`]: owned transmits
 //!   waiting for the kernel, with a buffer pool, resuming exactly where a send stopped.
 //! - [`bind_reuseport_group`]: one socket per worker thread on one address
@@ -24,18 +25,19 @@
 //!
 //! [`bind_reuseport_group`] binds `count` sockets to one address with `SO_REUSEPORT` and, on
 //! Linux, attaches a classic BPF program to the group (`SO_ATTACH_REUSEPORT_CBPF`). For each
-//! datagram the program reads the byte at [`CidSteering::offset`] of the destination
-//! connection ID (DCID: from byte 6 in a long header, whose byte 5 is its length; from byte 1
-//! in a short header) and returns `byte % count`, the index of the socket to receive it.
+//! datagram whose destination connection ID (DCID) the server chose (a short header, from
+//! byte 1; a Handshake packet, from byte 6, byte 5 being its length) the program reads the
+//! byte at [`CidSteering::offset`] of the DCID and returns `byte % count`, the index of the
+//! socket to receive it.
 //!
 //! - Why a byte modulo the count: the server writes into every connection ID that worker `i`
 //!   issues a byte congruent to `i` modulo `count`, so each later datagram of the connection
-//!   reaches worker `i`, whatever address or port the client sends from. A client's first
-//!   Initial carries a DCID it chose at random, whose byte is random: new connections spread
-//!   evenly, and the client's further Initials and 0-RTT packets keep that DCID, so they
-//!   follow the first.
-//! - Fall back: where the datagram has no such byte (a long header whose DCID is `offset`
-//!   bytes or shorter, a datagram that ends first), the program returns an index beyond the
+//!   reaches worker `i`, whatever address or port the client sends from.
+//! - Why not Initial and 0-RTT packets: their DCID is the client's choice, so a client could
+//!   aim every one at one worker. They go by the kernel's 4-tuple hash, which spreads
+//!   spoofed sources and keeps each client's on the worker that takes its connection.
+//! - Fall back: where the datagram has no such byte (those long headers, a Handshake DCID of
+//!   `offset` bytes or fewer, a datagram that ends first), the program returns an index beyond the
 //!   group and the kernel picks by its 4-tuple hash instead (net/core/sock_reuseport.c:
 //!   `run_bpf_filter` gives no socket for `index >= socks`, and `reuseport_select_sock` then
 //!   calls `reuseport_select_sock_by_hash`). [`CidSteering::socket_index`] says in Rust
@@ -120,9 +122,10 @@ mod transmit;
 
 pub use config::{
     Config, DEFAULT_BATCH_SIZE, DEFAULT_SOCKET_BUFFER, IoMode, MAX_BATCH_SIZE, RECV_SLOT_SIZE,
+    RecvBuffers,
 };
 pub use path_mtu::max_udp_payload_to;
-pub use queue::{TransmitHeader, TxQueue};
+pub use queue::{DEFAULT_POOL_LIMIT, TransmitHeader, TxQueue};
 pub use recv::{Datagram, Datagrams, RecvBatch, segment_lengths};
 pub use reuseport::{
     CidSteering, MAX_GROUP_SOCKETS, ReuseportGroup, Steering, bind_reuseport_group,

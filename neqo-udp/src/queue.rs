@@ -11,6 +11,9 @@ use crate::{
     transmit::{EcnCodepoint, Transmit},
 };
 
+/// Idle buffers a [`TxQueue`] keeps by default.
+pub const DEFAULT_POOL_LIMIT: usize = 64;
+
 /// Where and how a queued buffer goes: a [`Transmit`] without its contents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransmitHeader {
@@ -50,7 +53,10 @@ impl Queued {
 /// The queue is the only place a transmit waits: what a send did not take (a full socket
 /// buffer, or the kernel stopping in the middle of a run) stays at its head, and the next
 /// [`flush`](Self::flush) goes on from exactly there. Buffers are recycled, so a steady
-/// sender allocates nothing.
+/// sender allocates nothing. The pool keeps at most [`pool_limit`](Self::pool_limit)
+/// buffers, and only those of the queue's buffer capacity: a burst that queued many
+/// transmits gives its memory back once they are sent, and a small buffer pushed for a
+/// short reply never comes back to serve a full-size transmit.
 ///
 /// Every datagram pushed ends up sent or dropped (both counted in the socket's stats) or is
 /// still queued: `pushed_datagrams() == stats.tx.datagrams + stats.tx_dropped.total() +
@@ -59,6 +65,7 @@ impl Queued {
 pub struct TxQueue {
     queue: VecDeque<Queued>,
     pool: Vec<Vec<u8>>,
+    pool_limit: usize,
     buffer_capacity: usize,
     pushed: u64,
     /// The slice handed to the socket, kept for its allocation.
@@ -68,15 +75,40 @@ pub struct TxQueue {
 impl TxQueue {
     /// An empty queue whose fresh buffers hold `buffer_capacity` bytes (a whole GSO run:
     /// [`MAX_UDP_PAYLOAD`](crate::MAX_UDP_PAYLOAD) is the most a transmit can usefully carry).
+    ///
+    /// The pool keeps up to [`DEFAULT_POOL_LIMIT`] buffers; see [`with_pool_limit`](Self::with_pool_limit).
     #[must_use]
     pub fn new(buffer_capacity: usize) -> Self {
         Self {
             queue: VecDeque::new(),
             pool: Vec::new(),
+            pool_limit: DEFAULT_POOL_LIMIT,
             buffer_capacity,
             pushed: 0,
             scratch: Vec::new(),
         }
+    }
+
+    /// Keeps at most `limit` idle buffers: about the most transmits queued at once in steady
+    /// sending (a flush's worth, and what is generated meanwhile). Buffers returned beyond it
+    /// are freed.
+    #[must_use]
+    pub fn with_pool_limit(mut self, limit: usize) -> Self {
+        self.pool_limit = limit;
+        self.pool.truncate(limit);
+        self
+    }
+
+    /// Idle buffers the pool keeps at most.
+    #[must_use]
+    pub const fn pool_limit(&self) -> usize {
+        self.pool_limit
+    }
+
+    /// Idle buffers in the pool now.
+    #[must_use]
+    pub fn pooled(&self) -> usize {
+        self.pool.len()
     }
 
     /// An empty buffer from the pool, with at least the queue's buffer capacity.
@@ -89,9 +121,10 @@ impl TxQueue {
         buf
     }
 
-    /// Returns a buffer to the pool (one taken and not pushed, say).
+    /// Returns a buffer to the pool (one taken and not pushed, say); freed if it is smaller
+    /// than the queue's buffer capacity or the pool is full.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        if buf.capacity() >= self.buffer_capacity {
+        if buf.capacity() >= self.buffer_capacity && self.pool.len() < self.pool_limit {
             self.pool.push(buf);
         }
     }
@@ -150,8 +183,10 @@ impl TxQueue {
         self.scratch = recycle(transmits);
         let sent = result?;
         let done = sent.transmits.min(self.queue.len());
-        for q in self.queue.drain(..done) {
-            self.pool.push(q.buf);
+        for _ in 0..done {
+            if let Some(q) = self.queue.pop_front() {
+                self.recycle(q.buf);
+            }
         }
         if sent.partial > 0
             && let Some(head) = self.queue.front_mut()
@@ -264,5 +299,38 @@ mod tests {
         assert!(again.is_empty());
         // An empty queue calls nothing.
         assert_eq!(q.flush(|_| unreachable!()).unwrap(), 0);
+    }
+
+    fn send_all(ts: &[Transmit<'_>]) -> io::Result<Sent> {
+        Ok(Sent {
+            transmits: ts.len(),
+            partial: 0,
+        })
+    }
+
+    /// A burst's buffers are freed once sent, down to the pool's limit, and a short buffer
+    /// pushed for a small reply is freed rather than pooled.
+    #[test]
+    fn the_pool_keeps_its_limit_and_only_full_size_buffers() {
+        let mut q = TxQueue::new(2048).with_pool_limit(4);
+        for _ in 0..100 {
+            let b = filled(&mut q, b"burst");
+            q.push(b, header(None));
+        }
+        assert_eq!(q.flush(send_all).unwrap(), 100);
+        assert_eq!(q.pooled(), 4);
+        q.push(b"a short reply".to_vec(), header(None));
+        let b = q.take_buffer();
+        q.push(b, header(None));
+        assert_eq!(q.pooled(), 3);
+        q.flush(send_all).unwrap();
+        assert_eq!(
+            q.pooled(),
+            4,
+            "the full-size buffer back, the short one freed"
+        );
+        for _ in 0..4 {
+            assert!(q.take_buffer().capacity() >= 2048);
+        }
     }
 }

@@ -1,38 +1,41 @@
 //! Receive buffers and the datagrams cut from them.
 //!
-//! A [`RecvBatch`] owns one [`BytesMut`] slot per datagram buffer handed to the kernel. After a
+//! A [`RecvBatch`] owns one 64 KiB slot per datagram buffer handed to the kernel. After a
 //! receive, each slot holds what the kernel wrote: one datagram, or a GRO run of equal-size
-//! segments (the last may be shorter). [`RecvBatch::datagrams`] cuts them apart with
-//! `BytesMut::split_to`, so each [`Datagram`] owns its payload without a copy; the slot keeps
-//! the rest of its allocation and reuses it once every datagram cut from it has been dropped.
-//! Slots holding 4 KiB or less are the exception: their datagrams are copied out
-//! (`COPY_UP_TO` says why).
+//! segments (the last may be shorter). [`RecvBatch::datagrams`] yields each datagram as a
+//! copy in an allocation of its own length ([`RecvBuffers::Own`]), and the slots stay the
+//! batch's for the next receive.
+//!
+//! Why a copy, when the datagrams could be cut from the slot without one: a datagram cut from
+//! a slot shares the slot's allocation, and a QUIC stack keeps received data (stream frames
+//! behind a gap, DATAGRAM frames, queued packets) as slices of it for as long as it likes. One
+//! such datagram would pin 64 KiB, so a peer that sends runs of datagrams and keeps one of
+//! each buffered makes the receiver hold up to 54 times what its flow control grants, and
+//! every bound a stack states on buffered bytes (quinn-proto's receive windows and its
+//! over-allocation rule) would be off by that factor. With a copy per datagram, what a stack
+//! holds is what it counts. A receiver that trusts its peer may take runs without the copy
+//! ([`RecvBuffers::SharedRuns`]); `docs/performance.md` has what the copy costs.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use crate::{
-    config::{Config, RECV_SLOT_SIZE},
+    config::{Config, RECV_SLOT_SIZE, RecvBuffers},
     stats::RxDrop,
     transmit::EcnCodepoint,
 };
 use bytes::BytesMut;
 
-/// A slot whose contents (one datagram, or a short GRO run) are at most this long is copied
-/// out of its 64 KiB buffer; longer ones are cut from it without a copy.
-///
-/// A datagram cut from a slot shares the slot's allocation, and a QUIC stack keeps received
-/// data (out-of-order stream frames) as slices of it until the gap before it is filled: a
-/// slot that got one datagram would pin 64 KiB per buffered packet. Copying costs one
-/// allocation and a memcpy of at most 4 KiB, and the slot keeps its buffer for the next
-/// receive; GRO runs longer than that, which carry the bulk of a fast transfer, are still cut
-/// without a copy. `docs/performance.md` has the measurement.
-pub(crate) const COPY_UP_TO: usize = 4096;
+/// With [`RecvBuffers::SharedRuns`], a slot holding more than this is cut into datagrams
+/// without a copy; one holding this or less is copied (a lone datagram, a short run), so that
+/// the small datagrams a peer can most cheaply make a stack keep never pin 64 KiB each.
+pub(crate) const SHARE_ABOVE: usize = 4096;
 
 /// One received datagram.
 #[derive(Debug)]
 pub struct Datagram {
-    /// The payload. It shares its allocation with nothing the caller can see: mutate it,
-    /// freeze it or hand it to a QUIC state machine as it is.
+    /// The payload: mutate it, freeze it or hand it to a QUIC state machine as it is. With
+    /// [`RecvBuffers::Own`], the default, in an allocation of its own no larger than it, to
+    /// hold as long as needed.
     pub data: BytesMut,
     /// Who sent it.
     pub source: SocketAddr,
@@ -93,30 +96,31 @@ pub fn segment_lengths(len: usize, stride: usize) -> impl Iterator<Item = usize>
 /// Buffers for one receive syscall and the datagrams it returned.
 #[derive(Debug)]
 pub struct RecvBatch {
+    /// The kernel's buffers. With [`RecvBuffers::Own`] never shared: every datagram handed
+    /// out is a copy, so a slot keeps its allocation from one receive to the next.
     slots: Vec<BytesMut>,
     pub(crate) meta: Vec<SlotMeta>,
     /// Slots the last receive filled.
-    pub(crate) filled: usize,
-    /// The next slot [`RecvBatch::datagrams`] cuts from.
+    filled: usize,
+    /// Where [`RecvBatch::datagrams`] goes on: slot `next`, from byte `offset`.
     next: usize,
-    /// Leading slots readied by an earlier `prepare` (untouched unless filled since).
-    ready: usize,
+    offset: usize,
     slot_size: usize,
-    /// A slot holding at most this many bytes yields copies of its datagrams.
-    copy_up_to: usize,
-    /// The current slot's contents, when they were copied out: datagrams are cut from here.
-    copied: Option<BytesMut>,
+    buffers: RecvBuffers,
 }
 
 impl RecvBatch {
-    /// Buffers for a socket with this config: one 64 KiB slot per datagram of a batch.
+    /// Buffers for a socket with this config: one 64 KiB slot per datagram of a batch,
+    /// yielding datagrams as [`Config::recv_buffers`] says.
     #[must_use]
     pub fn new(config: &Config) -> Self {
-        Self::with_slots(config.effective_batch_size(), RECV_SLOT_SIZE).copying_up_to(COPY_UP_TO)
+        Self::with_slots(config.effective_batch_size(), RECV_SLOT_SIZE)
+            .with_buffers(config.recv_buffers)
     }
 
-    /// `slots` buffers of `slot_size` bytes each. A slot smaller than a datagram (or a GRO run)
-    /// makes the kernel truncate it, which the socket counts and drops.
+    /// `slots` buffers of `slot_size` bytes each, yielding datagrams of their own
+    /// ([`RecvBuffers::Own`]). A slot smaller than a datagram (or a GRO run) makes the kernel
+    /// truncate it, which the socket counts and drops.
     #[must_use]
     pub fn with_slots(slots: usize, slot_size: usize) -> Self {
         let slots = slots.max(1);
@@ -127,16 +131,16 @@ impl RecvBatch {
             meta: vec![SlotMeta::default(); slots],
             filled: 0,
             next: 0,
-            ready: 0,
+            offset: 0,
             slot_size,
-            copy_up_to: 0,
-            copied: None,
+            buffers: RecvBuffers::Own,
         }
     }
 
-    /// Copies out the datagrams of slots holding at most `bytes` (see `COPY_UP_TO`).
-    pub(crate) fn copying_up_to(mut self, bytes: usize) -> Self {
-        self.copy_up_to = bytes;
+    /// Yields datagrams as `buffers` says.
+    #[must_use]
+    pub const fn with_buffers(mut self, buffers: RecvBuffers) -> Self {
+        self.buffers = buffers;
         self
     }
 
@@ -152,32 +156,18 @@ impl RecvBatch {
         self.filled
     }
 
-    /// Readies every slot for the kernel: drops leftovers, makes `slot_size` bytes writable
-    /// in each. A slot whose earlier datagrams have all been dropped reuses its allocation.
-    ///
-    /// Only slots that need it are touched: those the last receive filled (cut into
-    /// datagrams since) and those never readied. The others are still empty with their space,
-    /// so a receive that gets one datagram costs one slot's preparation, not a whole batch's.
+    /// Readies the first `max_slots` slots for the kernel: empty, with `slot_size` bytes of
+    /// room each. Datagrams of the last receive not taken yet are dropped.
     pub(crate) fn prepare(&mut self, max_slots: usize) -> (&mut [BytesMut], &mut [SlotMeta]) {
         let n = max_slots.clamp(1, self.slots.len());
-        // Every slot filled since the last reset, offered this time or not, then every slot
-        // offered for the first time.
-        let dirty = self.filled.min(self.slots.len());
-        let first_fresh = self.ready.max(dirty);
-        let fresh = first_fresh..n.max(first_fresh);
-        self.filled = 0;
-        self.next = 0;
-        self.copied = None;
+        self.set_filled(0);
         let slot_size = self.slot_size;
-        for slot in &mut self.slots[..dirty] {
+        for slot in &mut self.slots[..n] {
             slot.clear();
+            // A no-op but on first use and after a shared run: an allocation no datagram
+            // shares is kept, one that datagrams still hold is left to them.
             slot.reserve(slot_size);
         }
-        for slot in &mut self.slots[fresh] {
-            slot.clear();
-            slot.reserve(slot_size);
-        }
-        self.ready = self.ready.max(n);
         (&mut self.slots[..n], &mut self.meta[..n])
     }
 
@@ -185,12 +175,12 @@ impl RecvBatch {
     pub(crate) fn set_filled(&mut self, filled: usize) {
         self.filled = filled;
         self.next = 0;
-        self.copied = None;
+        self.offset = 0;
     }
 
     /// The datagrams of the last receive, in the order the kernel delivered them, GRO runs
-    /// split into their segments. Each is yielded once; ones not taken are dropped by the
-    /// next receive.
+    /// split into their segments, each a copy of its own. Each is yielded once; ones not
+    /// taken are dropped by the next receive.
     pub fn datagrams(&mut self) -> Datagrams<'_> {
         Datagrams { batch: self }
     }
@@ -207,32 +197,31 @@ impl Iterator for Datagrams<'_> {
 
     fn next(&mut self) -> Option<Datagram> {
         let b = &mut *self.batch;
-        loop {
-            if b.next >= b.filled {
-                return None;
-            }
-            let meta = b.meta[b.next];
+        while b.next < b.filled {
+            let meta = &b.meta[b.next];
             let slot = &mut b.slots[b.next];
-            // A slot not cut yet whose contents are small: copy them out in one piece, so
-            // that what the caller keeps does not pin the slot's buffer.
-            let uncut = !slot.is_empty() && slot.len() == meta.len;
-            if b.copied.is_none() && uncut && meta.len <= b.copy_up_to {
-                b.copied = Some(BytesMut::from(&slot[..]));
-                slot.clear();
-            }
-            let source = b.copied.as_mut().unwrap_or(slot);
-            if source.is_empty() {
-                // Run finished (or an empty/truncated slot that recv already counted).
+            // Cut from the slot itself (which then starts at `offset`), or copied out of it.
+            let cut = b.buffers == RecvBuffers::SharedRuns && meta.len > SHARE_ABOVE;
+            let held = if cut {
+                b.offset + slot.len()
+            } else {
+                slot.len()
+            };
+            // A dropped slot has length 0 (`recv` counted it); the run is finished at its end.
+            let len = meta.len.min(held);
+            if b.offset >= len {
                 b.next += 1;
-                b.copied = None;
+                b.offset = 0;
                 continue;
             }
-            let stride = if meta.stride == 0 || meta.stride > meta.len {
-                meta.len
+            let stride = if meta.stride == 0 { len } else { meta.stride };
+            let n = stride.min(len - b.offset);
+            let data = if cut {
+                slot.split_to(n)
             } else {
-                meta.stride
+                BytesMut::from(&slot[b.offset..b.offset + n])
             };
-            let data = source.split_to(stride.min(source.len()));
+            b.offset += n;
             return Some(Datagram {
                 data,
                 source: meta.source,
@@ -240,6 +229,7 @@ impl Iterator for Datagrams<'_> {
                 ecn: meta.ecn,
             });
         }
+        None
     }
 }
 
@@ -303,53 +293,85 @@ mod tests {
         assert_eq!(batch.datagrams().count(), 0);
     }
 
+    /// Every datagram is a copy in an allocation of its own length, whatever the slot held
+    /// (a lone datagram, a short run, a long run), and the slots keep their buffers while the
+    /// datagrams are held.
     #[test]
-    fn small_slots_are_copied() {
+    fn every_datagram_is_a_copy_of_its_own_size() {
         let mut batch = RecvBatch::new(&Config::default());
-        // A lone datagram and a short GRO run (3 segments, the last one shorter).
-        let run: Vec<u8> = (0..30u8).collect();
-        fill(&mut batch, &[(&[7u8; 1200], 0), (&run, 12)]);
-        let (p0, p1) = (batch.slots[0].as_ptr(), batch.slots[1].as_ptr());
-        let held: Vec<_> = batch.datagrams().collect();
-        let got: Vec<_> = held.iter().map(|d| d.data.to_vec()).collect();
-        assert_eq!(
-            got,
-            vec![
-                vec![7u8; 1200],
-                (0..12).collect(),
-                (12..24).collect(),
-                (24..30).collect()
-            ]
+        let short: Vec<u8> = (0..30u8).collect();
+        let long: Vec<u8> = (0..60_000u32).map(|i| i as u8).collect();
+        fill(
+            &mut batch,
+            &[(&[7u8; 1200], 0), (&short, 12), (&long, 1452)],
         );
-        for d in &held {
-            assert!(d.data.as_ptr() != p0 && d.data.as_ptr() != p1, "a copy");
-        }
-        // Still held, yet the slots' buffers are reused, not reallocated.
-        fill(&mut batch, &[(&[8u8; 1200], 0), (&[9u8; 100], 0)]);
-        assert_eq!(batch.slots[0].as_ptr(), p0);
-        assert_eq!(batch.slots[1].as_ptr(), p1);
-        let again: Vec<_> = batch.datagrams().map(|d| d.data.to_vec()).collect();
-        assert_eq!(again, vec![vec![8u8; 1200], vec![9u8; 100]]);
+        let slots: Vec<(usize, usize)> = batch.slots[..3]
+            .iter()
+            .map(|s| (s.as_ptr() as usize, s.capacity()))
+            .collect();
+        let held: Vec<_> = batch.datagrams().collect();
+        assert_eq!(held.len(), 1 + 3 + 42);
         assert_eq!(&held[0].data[..], &[7u8; 1200]);
+        assert_eq!(&held[1].data[..], &short[..12]);
+        assert_eq!(&held[3].data[..], &short[24..]);
+        assert_eq!(&held[4].data[..], &long[..1452]);
+        assert_eq!(&held[45].data[..], &long[41 * 1452..]);
+        for d in &held {
+            let at = d.data.as_ptr() as usize;
+            assert!(
+                slots.iter().all(|&(p, cap)| at < p || at >= p + cap),
+                "a datagram inside a slot's buffer"
+            );
+            assert!(
+                d.data.capacity() <= 1452,
+                "{} bytes held",
+                d.data.capacity()
+            );
+        }
+        // Still held, yet the next receive reuses the slots' buffers.
+        fill(
+            &mut batch,
+            &[(&[8u8; 1200], 0), (&[9u8; 100], 0), (&long, 1200)],
+        );
+        for (slot, &(p, cap)) in batch.slots[..3].iter().zip(&slots) {
+            assert_eq!((slot.as_ptr() as usize, slot.capacity()), (p, cap));
+        }
+        assert_eq!(batch.datagrams().count(), 2 + 50);
+        assert_eq!(&held[0].data[..], &[7u8; 1200], "held data untouched");
+        assert_eq!(&held[45].data[..], &long[41 * 1452..]);
+    }
 
-        // A slot holding more is cut without a copy.
-        let big = vec![5u8; COPY_UP_TO + 1];
-        fill(&mut batch, &[(&big, 1000)]);
-        let p = batch.slots[0].as_ptr();
-        let cut: Vec<_> = batch.datagrams().collect();
-        assert_eq!(cut.len(), 5);
-        assert_eq!(cut[0].data.as_ptr(), p);
-        assert_eq!(cut[4].data.len(), 97);
-
-        // Single mode's one slot follows the same rule.
-        let mut single = RecvBatch::new(&Config::with_mode(crate::IoMode::Single));
-        assert_eq!(single.capacity(), 1);
-        fill(&mut single, &[(&[6u8; 1200], 0)]);
-        let p = single.slots[0].as_ptr();
-        let d = single.datagrams().next().unwrap();
-        assert_ne!(d.data.as_ptr(), p);
-        fill(&mut single, &[(&big, 0)]);
-        assert_eq!(single.datagrams().next().unwrap().data.as_ptr(), p);
+    /// Shared runs: a slot of more than 4 KiB is cut without a copy, a smaller one copied;
+    /// the next receive leaves the cut slot's allocation to the datagrams that hold it.
+    #[test]
+    fn shared_runs_are_cut_and_small_slots_copied() {
+        let config = Config {
+            recv_buffers: RecvBuffers::SharedRuns,
+            ..Config::default()
+        };
+        let mut batch = RecvBatch::new(&config);
+        let big: Vec<u8> = (0..SHARE_ABOVE as u32 + 1).map(|i| i as u8).collect();
+        let small: Vec<u8> = (0..SHARE_ABOVE as u32).map(|i| (i * 7) as u8).collect();
+        fill(&mut batch, &[(&big, 1000), (&small, 1000)]);
+        let (p0, p1) = (batch.slots[0].as_ptr(), batch.slots[1].as_ptr());
+        let got: Vec<_> = batch.datagrams().collect();
+        assert_eq!(got.len(), 5 + 5);
+        assert_eq!(got[0].data.as_ptr(), p0, "cut from the slot");
+        assert_eq!(&got[4].data[..], &big[4000..]);
+        assert!(got[5..].iter().all(|d| d.data.as_ptr() != p1), "copied");
+        assert_eq!(&got[9].data[..], &small[4000..]);
+        let parts: Vec<u8> = got[..5].iter().flat_map(|d| d.data.to_vec()).collect();
+        assert_eq!(parts, big);
+        fill(&mut batch, &[(b"next", 0), (b"one", 0)]);
+        assert_ne!(
+            batch.slots[0].as_ptr(),
+            p0,
+            "the held allocation is left alone"
+        );
+        assert_eq!(batch.slots[1].as_ptr(), p1, "the copied slot keeps its own");
+        assert_eq!(&got[0].data[..], &big[..1000], "held data untouched");
+        let again: Vec<_> = batch.datagrams().map(|d| d.data.to_vec()).collect();
+        assert_eq!(again, vec![b"next".to_vec(), b"one".to_vec()]);
     }
 
     /// A caller that stops part-way through a copied run gets the rest on the next call.
@@ -408,23 +430,5 @@ mod tests {
             }
         }
         assert!(kept.iter().all(|d| !d.data.is_empty()));
-    }
-
-    #[test]
-    fn slots_are_reused_once_datagrams_are_dropped() {
-        let mut batch = RecvBatch::with_slots(1, 2048);
-        fill(&mut batch, &[(&[7u8; 100], 0)]);
-        let d = batch.datagrams().next().unwrap();
-        let first_ptr = d.data.as_ptr();
-        drop(d);
-        fill(&mut batch, &[(&[8u8; 100], 0)]);
-        let d = batch.datagrams().next().unwrap();
-        assert_eq!(d.data.as_ptr(), first_ptr, "allocation reused");
-        assert_eq!(&d.data[..], &[8u8; 100]);
-        // Still held: the next fill must not clobber it.
-        fill(&mut batch, &[(&[9u8; 100], 0)]);
-        assert_eq!(&d.data[..], &[8u8; 100]);
-        let e = batch.datagrams().next().unwrap();
-        assert_eq!(&e.data[..], &[9u8; 100]);
     }
 }

@@ -233,7 +233,7 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
             keep_alive: args.keep_alive()?,
             ..args.io.transport()?
         },
-        socket: args.io.socket(),
+        socket: crate::client::client_socket(args.io.socket()),
         pacing: !args.io.no_pacing,
         pacing_timer: args.io.pacing_timer,
         progress: !args.no_progress,

@@ -60,7 +60,8 @@ pub struct ClientConfig {
     pub trust: Trust,
     /// Idle timeout, congestion control, qlog.
     pub transport: TransportOptions,
-    /// Socket configuration.
+    /// Socket configuration. A client's default ([`client_socket`]) takes GRO runs without
+    /// a copy.
     pub socket: neqo_udp::Config,
     /// The driver paces.
     pub pacing: bool,
@@ -94,13 +95,25 @@ impl Default for ClientConfig {
                 keep_alive: Some(tls::CLIENT_KEEP_ALIVE),
                 ..TransportOptions::default()
             },
-            socket: neqo_udp::Config::default(),
+            socket: client_socket(neqo_udp::Config::default()),
             pacing: true,
             pacing_timer: crate::pacer::PacingTimer::default(),
             progress: false,
             cipher_suites: tls::CipherSuite::ALL.to_vec(),
             key_update: false,
         }
+    }
+}
+
+/// `socket` as a client's: received GRO runs shared without a copy
+/// ([`neqo_udp::RecvBuffers::SharedRuns`]). A client talks to a server it chose, over a few
+/// connections, so what a hostile server could make it pin is one process's worth; a bulk
+/// download spares a copy of every byte. (A server copies: `docs/performance.md`.)
+#[must_use]
+pub fn client_socket(socket: neqo_udp::Config) -> neqo_udp::Config {
+    neqo_udp::Config {
+        recv_buffers: neqo_udp::RecvBuffers::SharedRuns,
+        ..socket
     }
 }
 

@@ -10,6 +10,9 @@ pub struct DriverCounters {
     pub refused: u64,
     /// Retry packets sent (address validation).
     pub retries: u64,
+    /// Replies no connection owns (Version Negotiation, Retry, refusals, stateless resets)
+    /// dropped because the path's transmit queue was at its limit (a write-blocked socket).
+    pub stateless_dropped: u64,
     /// The most connections open at once (not yet drained).
     pub peak_connections: u64,
     /// Connections drained and dropped.
@@ -50,6 +53,7 @@ impl DriverCounters {
         self.accepted += other.accepted;
         self.refused += other.refused;
         self.retries += other.retries;
+        self.stateless_dropped += other.stateless_dropped;
         self.peak_connections = self.peak_connections.max(other.peak_connections);
         self.drained += other.drained;
         self.lost_packets += other.lost_packets;

@@ -178,8 +178,9 @@ impl Driver {
             .into_iter()
             .map(|io| Path {
                 queue_limit: io.batch_size().max(4),
+                // Room for a full queue and the transmits generated while it is flushed.
+                queue: TxQueue::new(TX_BUF).with_pool_limit(2 * io.batch_size().max(4)),
                 io,
-                queue: TxQueue::new(TX_BUF),
                 blocked: false,
             })
             .collect();

@@ -67,6 +67,7 @@ impl Driver {
             .conns
             .endpoint
             .handle(now, d.source, d.destination, ecn, d.data, &mut buf);
+        let mut retry = false;
         let response = match event {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                 if let Some(c) = self.conns.get_mut(ch.0) {
@@ -101,7 +102,7 @@ impl Driver {
                     }
                     Admission::Retry => match self.conns.endpoint.retry(incoming, &mut buf) {
                         Ok(t) => {
-                            self.counters.retries += 1;
+                            retry = true;
                             Some(t)
                         }
                         // It answered a Retry already: refused rather than retried again.
@@ -119,14 +120,24 @@ impl Driver {
             Some(DatagramEvent::Response(t)) => Some(t),
             None => None,
         };
-        let queue = &mut self.paths[path].queue;
+        let p = &mut self.paths[path];
         match response {
-            Some(t) => {
-                buf.truncate(t.size);
-                self.counters.tx_ecn.add(t.ecn, 1);
-                queue.push(buf, header(&t));
+            // A reply that no connection owns (Version Negotiation, Retry, a refusal, a
+            // stateless reset) is the one thing a peer makes the driver send for free, and
+            // a flood of datagrams asks for one each: it waits only while the path's queue is
+            // under its limit, and in a buffer of its own size.
+            Some(_) if p.queue.len() >= p.queue_limit => {
+                self.counters.stateless_dropped += 1;
+                p.queue.recycle(buf);
             }
-            None => queue.recycle(buf),
+            Some(t) => {
+                self.counters.retries += u64::from(retry);
+                self.counters.tx_ecn.add(t.ecn, 1);
+                let reply = buf[..t.size].to_vec();
+                p.queue.recycle(buf);
+                p.queue.push(reply, header(&t));
+            }
+            None => p.queue.recycle(buf),
         }
     }
 }

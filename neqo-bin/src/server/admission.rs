@@ -4,32 +4,40 @@
 //! The order of the rules, for an Initial that starts a connection:
 //! 1. Retry, unless its address is validated already (it carries our Retry token): always
 //!    with [`RetryPolicy::Always`]; with [`RetryPolicy::Auto`] once the half-open
-//!    connections reach [`Limits::retry_half_open`] or new connections arrive faster than
-//!    [`Limits::retry_rate`] a second. A Retry costs the server no state, so a flood from
-//!    spoofed addresses creates none.
-//! 2. Refuse once [`Limits::max_half_open`] handshakes are in progress.
+//!    connections reach [`Limits::retry_half_open`], new connections arrive faster than
+//!    [`Limits::retry_rate`] a second, or the new connection's source (see [`ClientSource`]) holds
+//!    [`SOURCE_RETRY_HALF_OPEN`] handshakes already. A Retry costs the server no state, so a
+//!    flood from spoofed addresses creates none.
+//! 2. Once [`Limits::max_half_open`] handshakes are in progress: make room by evicting the
+//!    oldest handshake of the source that holds the most, if it holds at least two more than
+//!    the newcomer's source (`ledger`); refuse otherwise. One host may fill the table while
+//!    nobody else wants it, but never keeps anyone else out.
 //! 3. Refuse once [`Limits::max_connections`] connections are open, half-open ones included.
 //! 4. Accept.
 //!
 //! Under a flood of Initials from spoofed addresses, rule 1 keeps the half-open connections
 //! few (past [`Limits::retry_half_open`] each new one gets a Retry and is never heard of
 //! again), so the flood takes neither memory nor the slots of clients that can prove their
-//! address.
+//! address. A client that proves its address and then never finishes a handshake (it replays
+//! one Retry token, valid for its lifetime, with a new connection ID each time) gets past
+//! rule 1, and rule 2 keeps it from holding anyone else's slot.
 //!
-//! The workers of one server share the counts the limits apply to ([`Totals`]): the half-open
-//! and open connections are the server's, not a worker's. Two workers deciding at the same
-//! moment may each take the last slot, so a limit can be exceeded by at most the number of
-//! workers less one. The arrival rate is each worker's own, against its share of
-//! [`Limits::retry_rate`] (new connections are spread evenly over the workers).
+//! The workers of one server share the counts the limits apply to, the arrival rate and the
+//! choice of whom to evict ([`Ledger`]). Two workers deciding at the same moment may each take
+//! the last slot, so a limit can be exceeded by at most the number of workers less one.
 
-use std::{
-    sync::atomic::{AtomicUsize, Ordering},
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Instant};
 
 use quinn_proto::ConnectionHandle;
 
+pub use super::ledger::ClientSource;
+use super::ledger::Ledger;
 use crate::idmap::IdMap;
+
+/// `--retry auto` sends a Retry to a new connection whose source has this many handshakes in
+/// progress already: a client opening more at once than a browser does, or one flooding
+/// from a single address below the server-wide thresholds, proves its address first.
+pub const SOURCE_RETRY_HALF_OPEN: usize = 8;
 
 /// When the server asks new clients to prove their address with a Retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
@@ -49,16 +57,16 @@ pub enum RetryPolicy {
 pub struct Limits {
     /// Retry policy.
     pub retry: RetryPolicy,
-    /// Auto Retry from this many half-open connections on.
+    /// Auto Retry from this many half-open connections on, over the server.
     pub retry_half_open: usize,
-    /// Auto Retry while more new connections than this arrive per second.
+    /// Auto Retry while more new connections than this arrive per second, over the server.
     pub retry_rate: u32,
     /// Handshakes in progress at most.
     pub max_half_open: usize,
     /// Connections at most, half-open ones included.
     pub max_connections: Option<usize>,
     /// A connection still in its handshake this long after it was accepted is closed.
-    pub handshake_timeout: Duration,
+    pub handshake_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -69,7 +77,7 @@ impl Default for Limits {
             retry_rate: 200,
             max_half_open: 1000,
             max_connections: None,
-            handshake_timeout: Duration::from_secs(5),
+            handshake_timeout: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -79,7 +87,7 @@ impl Default for Limits {
 pub enum Decision {
     Accept,
     Retry,
-    /// Refused: too many handshakes in progress.
+    /// Refused: too many handshakes in progress, and none to evict.
     RefuseHalfOpen,
     /// Refused: `max_connections` open.
     RefuseFull,
@@ -100,84 +108,61 @@ pub struct AdmissionCounters {
     pub refused_full: u64,
     /// Handshakes given up at their timeout.
     pub handshake_timeouts: u64,
-}
-
-/// What the limits count, over all the workers of a server.
-#[derive(Debug, Default)]
-pub(super) struct Totals {
-    /// Connections accepted and not yet drained.
-    open: AtomicUsize,
-    /// The most of them at once.
-    peak_open: AtomicUsize,
-    /// Of them, handshakes in progress.
-    half_open: AtomicUsize,
-    /// The most of those at once.
-    peak_half_open: AtomicUsize,
-}
-
-impl Totals {
-    /// Connections open now, over all workers.
-    pub(super) fn open(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
-    }
-
-    /// The most connections open at once.
-    pub(super) fn peak_open(&self) -> usize {
-        self.peak_open.load(Ordering::Relaxed)
-    }
-
-    /// The most handshakes in progress at once.
-    pub(super) fn peak_half_open(&self) -> usize {
-        self.peak_half_open.load(Ordering::Relaxed)
-    }
-
-    fn half_open(&self) -> usize {
-        self.half_open.load(Ordering::Relaxed)
-    }
+    /// Handshakes evicted from a full table to make room for another source's newcomer.
+    pub evicted_half_open: u64,
 }
 
 impl AdmissionCounters {
-    /// Adds another worker's counts (the server's peak comes from [`Totals`]).
+    /// Adds another worker's counts (the server's peak comes from the [`Ledger`]).
     pub(super) const fn add(&mut self, other: &Self) {
         self.half_open += other.half_open;
         self.retries += other.retries;
         self.refused_half_open += other.refused_half_open;
         self.refused_full += other.refused_full;
         self.handshake_timeouts += other.handshake_timeouts;
+        self.evicted_half_open += other.evicted_half_open;
     }
 }
 
-/// One worker's gate: applies the rules to the server's [`Totals`]; the one owner of the
-/// worker's half-open set.
+/// One worker's gate: applies the rules to the server's [`Ledger`], and keeps the worker's
+/// half-open connections' deadlines.
 #[derive(Debug)]
 pub(super) struct Gate {
+    worker: usize,
     limits: Limits,
-    totals: std::sync::Arc<Totals>,
-    /// Half-open connections and when each times out.
+    ledger: Arc<Ledger>,
+    /// The worker's half-open connections and when each times out. Whether one still counts
+    /// as half-open is the ledger's to say (another worker may have evicted it).
     half_open: IdMap<ConnectionHandle, Instant>,
-    /// New connections seen in the current one-second window, and in the one before.
-    window: (Instant, u32, u32),
+    /// Every open connection's source.
+    sources: IdMap<ConnectionHandle, ClientSource>,
     counters: AdmissionCounters,
 }
 
 impl Gate {
-    /// A gate counting into `totals`, shared with the server's other workers.
-    pub(super) fn new(limits: Limits, totals: std::sync::Arc<Totals>, now: Instant) -> Self {
+    /// Worker `worker`'s gate, counting into `ledger`, shared with the server's other workers.
+    pub(super) fn new(worker: usize, limits: Limits, ledger: Arc<Ledger>) -> Self {
         Self {
+            worker,
             limits,
-            totals,
+            ledger,
             half_open: IdMap::default(),
-            window: (now, 0, 0),
+            sources: IdMap::default(),
             counters: AdmissionCounters::default(),
         }
     }
 
-    /// Decides for a new connection.
-    pub(super) fn admit(&mut self, validated: bool, now: Instant) -> Decision {
-        let rate = self.count_arrival(now);
-        let half_open = self.totals.half_open();
-        let open = self.totals.open();
-        let loaded = half_open >= self.limits.retry_half_open || rate > self.limits.retry_rate;
+    /// Decides for a new connection from `source`.
+    pub(super) fn admit(
+        &mut self,
+        source: ClientSource,
+        validated: bool,
+        now: Instant,
+    ) -> Decision {
+        let a = self.ledger.arrive(source, now);
+        let loaded = a.half_open >= self.limits.retry_half_open
+            || a.rate > self.limits.retry_rate
+            || a.source_half_open >= SOURCE_RETRY_HALF_OPEN;
         let retry = match self.limits.retry {
             RetryPolicy::Always => true,
             RetryPolicy::Auto => loaded,
@@ -186,50 +171,39 @@ impl Gate {
         let decision = if retry && !validated {
             self.counters.retries += 1;
             Decision::Retry
-        } else if half_open >= self.limits.max_half_open {
+        } else if a.half_open >= self.limits.max_half_open
+            && self.ledger.evict_for(source).is_none()
+        {
             self.counters.refused_half_open += 1;
             Decision::RefuseHalfOpen
-        } else if self.limits.max_connections.is_some_and(|max| open >= max) {
+        } else if self.limits.max_connections.is_some_and(|max| a.open >= max) {
             self.counters.refused_full += 1;
             Decision::RefuseFull
         } else {
+            if a.half_open >= self.limits.max_half_open {
+                self.counters.evicted_half_open += 1;
+            }
             Decision::Accept
         };
         if decision != Decision::Accept {
-            tracing::debug!("new connection: {decision:?} ({half_open} half-open, {rate}/s)");
+            tracing::debug!(
+                "new connection from {source}: {decision:?} ({} half-open, {} of them its, {}/s)",
+                a.half_open,
+                a.source_half_open,
+                a.rate
+            );
         }
         decision
     }
 
-    /// New connections per second: the busier of this window and the last.
-    fn count_arrival(&mut self, now: Instant) -> u32 {
-        let (start, current, previous) = &mut self.window;
-        let elapsed = now.saturating_duration_since(*start);
-        if elapsed >= Duration::from_secs(1) {
-            *previous = if elapsed < Duration::from_secs(2) {
-                *current
-            } else {
-                0
-            };
-            *current = 0;
-            *start = now;
-        }
-        *current = current.saturating_add(1);
-        (*current).max(*previous)
-    }
-
-    /// A connection was accepted: open until [`drained`](Self::drained), half-open until
-    /// [`connected`](Self::connected).
-    pub(super) fn accepted(&mut self, ch: ConnectionHandle, now: Instant) {
+    /// A connection from `source` was accepted: open until [`drained`](Self::drained),
+    /// half-open until [`connected`](Self::connected).
+    pub(super) fn accepted(&mut self, ch: ConnectionHandle, source: ClientSource, now: Instant) {
         self.half_open
             .insert(ch, now + self.limits.handshake_timeout);
+        self.sources.insert(ch, source);
         self.counters.peak_half_open = self.counters.peak_half_open.max(self.half_open.len());
-        let open = self.totals.open.fetch_add(1, Ordering::Relaxed) + 1;
-        self.totals.peak_open.fetch_max(open, Ordering::Relaxed);
-        let half_open = self.totals.half_open.fetch_add(1, Ordering::Relaxed) + 1;
-        self.totals
-            .peak_half_open
-            .fetch_max(half_open, Ordering::Relaxed);
+        self.ledger.accepted(self.worker, ch, source);
     }
 
     /// Its handshake completed.
@@ -245,18 +219,23 @@ impl Gate {
     /// It is drained: no longer open.
     pub(super) fn drained(&mut self, ch: ConnectionHandle) {
         self.no_longer_half_open(ch);
-        self.totals.open.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    fn no_longer_half_open(&mut self, ch: ConnectionHandle) {
-        if self.half_open.remove(&ch).is_some() {
-            self.totals.half_open.fetch_sub(1, Ordering::Relaxed);
+        if let Some(source) = self.sources.remove(&ch) {
+            self.ledger.drained(source);
         }
     }
 
-    /// The half-open connections whose handshake timed out by `now`, no longer tracked.
+    fn no_longer_half_open(&mut self, ch: ConnectionHandle) {
+        if self.half_open.remove(&ch).is_some()
+            && let Some(&source) = self.sources.get(&ch)
+        {
+            self.ledger.handshake_done(self.worker, ch, source);
+        }
+    }
+
+    /// The half-open connections to close by `now`, no longer tracked: those whose handshake
+    /// timed out, and those evicted (by any worker) to make room for another source.
     pub(super) fn expired(&mut self, now: Instant) -> Vec<ConnectionHandle> {
-        let expired: Vec<ConnectionHandle> = self
+        let mut expired: Vec<ConnectionHandle> = self
             .half_open
             .iter()
             .filter(|(_, at)| **at <= now)
@@ -266,11 +245,22 @@ impl Gate {
             self.no_longer_half_open(*ch);
         }
         self.counters.handshake_timeouts += expired.len() as u64;
+        for ch in self.ledger.take_evicted(self.worker) {
+            if self.half_open.remove(&ch).is_some() {
+                expired.push(ch);
+            }
+        }
         expired
     }
 
-    /// When the next handshake times out.
-    pub(super) fn next_expiry(&self) -> Option<Instant> {
+    /// When [`expired`](Self::expired) must be called next at the latest: the next handshake
+    /// timeout, or now if one of ours was evicted. (A worker that sleeps learns of an
+    /// eviction at its next wake-up, by a datagram or a timer of its connections; the slot
+    /// was given to the newcomer at once.)
+    pub(super) fn next_expiry(&self, now: Instant) -> Option<Instant> {
+        if self.ledger.has_evicted(self.worker) {
+            return Some(now);
+        }
         self.half_open.values().copied().min()
     }
 
@@ -284,39 +274,53 @@ impl Gate {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn gate(f: impl FnOnce(&mut Limits)) -> (Gate, Instant) {
         let mut limits = Limits::default();
         f(&mut limits);
-        let now = Instant::now();
-        (Gate::new(limits, std::sync::Arc::default(), now), now)
+        (Gate::new(0, limits, Arc::default()), Instant::now())
+    }
+
+    /// Client address `n` (each its own source).
+    fn src(n: u8) -> ClientSource {
+        ClientSource::of(std::net::SocketAddr::from(([192, 0, 2, n], 4433)))
     }
 
     #[test]
     fn never_and_always() {
         let (mut g, now) = gate(|l| l.retry = RetryPolicy::Always);
-        assert_eq!(g.admit(false, now), Decision::Retry);
-        assert_eq!(g.admit(true, now), Decision::Accept, "a token proves it");
+        assert_eq!(g.admit(src(1), false, now), Decision::Retry);
+        assert_eq!(
+            g.admit(src(1), true, now),
+            Decision::Accept,
+            "a token proves it"
+        );
         let (mut g, now) = gate(|l| {
             l.retry = RetryPolicy::Never;
             l.retry_half_open = 0;
         });
-        assert_eq!(g.admit(false, now), Decision::Accept);
-        assert_eq!(g.counters().retries, 1 - 1);
+        assert_eq!(g.admit(src(1), false, now), Decision::Accept);
+        assert_eq!(g.counters().retries, 0);
     }
 
     #[test]
     fn auto_retries_once_half_open_connections_pile_up() {
         let (mut g, now) = gate(|l| l.retry_half_open = 3);
         for i in 0..3 {
-            assert_eq!(g.admit(false, now), Decision::Accept);
-            g.accepted(ConnectionHandle(i), now);
+            assert_eq!(g.admit(src(i as u8), false, now), Decision::Accept);
+            g.accepted(ConnectionHandle(i), src(i as u8), now);
         }
-        assert_eq!(g.admit(false, now), Decision::Retry);
-        assert_eq!(g.admit(true, now), Decision::Accept);
+        assert_eq!(g.admit(src(9), false, now), Decision::Retry);
+        assert_eq!(g.admit(src(9), true, now), Decision::Accept);
         g.connected(ConnectionHandle(0));
-        assert_eq!(g.admit(false, now), Decision::Accept, "two half-open");
+        assert_eq!(
+            g.admit(src(9), false, now),
+            Decision::Accept,
+            "two half-open"
+        );
         assert_eq!(g.counters().retries, 1);
         assert_eq!(g.counters().peak_half_open, 3);
     }
@@ -324,15 +328,29 @@ mod tests {
     #[test]
     fn auto_retries_while_the_rate_is_high_and_stops_after() {
         let (mut g, now) = gate(|l| l.retry_rate = 5);
-        let decisions: Vec<Decision> = (0..8).map(|_| g.admit(false, now)).collect();
+        let decisions: Vec<Decision> = (0..8).map(|i| g.admit(src(i), false, now)).collect();
         assert_eq!(&decisions[..5], &[Decision::Accept; 5]);
         assert_eq!(&decisions[5..], &[Decision::Retry; 3]);
         // The next second still counts the last one's rate...
         let later = now + Duration::from_millis(1500);
-        assert_eq!(g.admit(false, later), Decision::Retry);
+        assert_eq!(g.admit(src(1), false, later), Decision::Retry);
         // ...and a quiet second after that does not.
         let quiet = later + Duration::from_millis(2500);
-        assert_eq!(g.admit(false, quiet), Decision::Accept);
+        assert_eq!(g.admit(src(1), false, quiet), Decision::Accept);
+    }
+
+    /// A source with many handshakes in progress proves its address before it gets another;
+    /// other sources do not pay for it.
+    #[test]
+    fn auto_retries_a_source_holding_many_handshakes() {
+        let (mut g, now) = gate(|_| {});
+        for i in 0..SOURCE_RETRY_HALF_OPEN {
+            assert_eq!(g.admit(src(1), false, now), Decision::Accept);
+            g.accepted(ConnectionHandle(i), src(1), now);
+        }
+        assert_eq!(g.admit(src(1), false, now), Decision::Retry);
+        assert_eq!(g.admit(src(1), true, now), Decision::Accept);
+        assert_eq!(g.admit(src(2), false, now), Decision::Accept);
     }
 
     #[test]
@@ -342,14 +360,22 @@ mod tests {
             l.max_half_open = 2;
             l.max_connections = Some(3);
         });
-        g.accepted(ConnectionHandle(0), now);
-        g.accepted(ConnectionHandle(1), now);
-        assert_eq!(g.admit(true, now), Decision::RefuseHalfOpen);
+        g.accepted(ConnectionHandle(0), src(1), now);
+        g.accepted(ConnectionHandle(1), src(1), now);
+        assert_eq!(
+            g.admit(src(1), true, now),
+            Decision::RefuseHalfOpen,
+            "the source filling the table evicts none of its own"
+        );
         g.connected(ConnectionHandle(0));
-        assert_eq!(g.admit(true, now), Decision::Accept, "one half-open");
-        g.accepted(ConnectionHandle(2), now);
+        assert_eq!(
+            g.admit(src(1), true, now),
+            Decision::Accept,
+            "one half-open"
+        );
+        g.accepted(ConnectionHandle(2), src(1), now);
         g.connected(ConnectionHandle(2));
-        assert_eq!(g.admit(true, now), Decision::RefuseFull);
+        assert_eq!(g.admit(src(2), true, now), Decision::RefuseFull);
         let c = g.counters();
         assert_eq!((c.refused_half_open, c.refused_full), (1, 1));
     }
@@ -360,22 +386,63 @@ mod tests {
             l.retry_half_open = 2;
             l.max_connections = Some(4);
         });
-        g.accepted(ConnectionHandle(0), now);
-        g.accepted(ConnectionHandle(1), now);
-        for _ in 0..1000 {
-            assert_eq!(g.admit(false, now), Decision::Retry);
+        g.accepted(ConnectionHandle(0), src(1), now);
+        g.accepted(ConnectionHandle(1), src(2), now);
+        for i in 0..1000 {
+            assert_eq!(g.admit(src((i % 200) as u8), false, now), Decision::Retry);
         }
         assert_eq!(
-            g.admit(true, now),
+            g.admit(src(3), true, now),
             Decision::Accept,
             "a client with a token"
         );
         assert_eq!(g.counters().retries, 1000);
     }
 
+    /// One source that proves its address and never finishes a handshake (a replayed Retry
+    /// token) fills the table: a newcomer from elsewhere takes the place of its oldest
+    /// handshake, also one on another worker, which that worker then closes.
+    #[test]
+    fn a_validated_flood_from_one_source_keeps_nobody_else_out() {
+        let ledger = Arc::new(Ledger::default());
+        let limits = Limits {
+            max_half_open: 4,
+            ..Limits::default()
+        };
+        let now = Instant::now();
+        let mut a = Gate::new(0, limits, ledger.clone());
+        let mut b = Gate::new(1, limits, ledger.clone());
+        let flood = src(66);
+        for i in 0..4 {
+            let g = if i % 2 == 0 { &mut a } else { &mut b };
+            assert_eq!(g.admit(flood, true, now), Decision::Accept);
+            g.accepted(ConnectionHandle(i), flood, now);
+        }
+        assert_eq!(b.admit(flood, true, now), Decision::RefuseHalfOpen);
+        // A newcomer on worker 1 evicts the flood's oldest, which is worker 0's.
+        assert_eq!(b.admit(src(1), true, now), Decision::Accept);
+        b.accepted(ConnectionHandle(10), src(1), now);
+        assert_eq!(b.counters().evicted_half_open, 1);
+        assert_eq!(ledger.half_open(), 4);
+        assert_eq!(a.next_expiry(now), Some(now), "worker 0 is told at once");
+        assert_eq!(a.expired(now), vec![ConnectionHandle(0)]);
+        assert_eq!(a.counters().half_open, 1);
+        assert_eq!(a.counters().handshake_timeouts, 0);
+        // The evicted connection's end later counts nothing twice.
+        a.gone(ConnectionHandle(0));
+        a.drained(ConnectionHandle(0));
+        assert_eq!((ledger.half_open(), ledger.open()), (4, 4));
+        // Another newcomer evicts again; then the flood holds two and each newcomer's source
+        // one, and a second newcomer from src(1) evicts nothing: that would not even it out.
+        assert_eq!(a.admit(src(2), true, now), Decision::Accept);
+        a.accepted(ConnectionHandle(11), src(2), now);
+        assert_eq!(b.admit(src(1), true, now), Decision::RefuseHalfOpen);
+        assert_eq!(ledger.half_open(), 4);
+    }
+
     #[test]
     fn the_limits_count_every_worker_and_drained_connections_free_their_slot() {
-        let totals = std::sync::Arc::new(Totals::default());
+        let ledger = Arc::new(Ledger::default());
         let limits = Limits {
             retry: RetryPolicy::Never,
             max_half_open: 3,
@@ -383,37 +450,45 @@ mod tests {
             ..Limits::default()
         };
         let now = Instant::now();
-        let mut a = Gate::new(limits, totals.clone(), now);
-        let mut b = Gate::new(limits, totals.clone(), now);
-        a.accepted(ConnectionHandle(0), now);
-        a.accepted(ConnectionHandle(1), now);
-        b.accepted(ConnectionHandle(0), now);
-        assert_eq!(b.admit(true, now), Decision::RefuseHalfOpen, "3 over both");
+        let mut a = Gate::new(0, limits, ledger.clone());
+        let mut b = Gate::new(1, limits, ledger.clone());
+        a.accepted(ConnectionHandle(0), src(1), now);
+        a.accepted(ConnectionHandle(1), src(1), now);
+        b.accepted(ConnectionHandle(0), src(1), now);
+        assert_eq!(
+            b.admit(src(1), true, now),
+            Decision::RefuseHalfOpen,
+            "3 over both"
+        );
         a.connected(ConnectionHandle(0));
-        assert_eq!(b.admit(true, now), Decision::Accept);
-        b.accepted(ConnectionHandle(1), now);
+        assert_eq!(b.admit(src(1), true, now), Decision::Accept);
+        b.accepted(ConnectionHandle(1), src(1), now);
         a.connected(ConnectionHandle(1));
-        assert_eq!(a.admit(true, now), Decision::RefuseFull, "4 open over both");
-        assert_eq!((totals.open(), totals.peak_open()), (4, 4));
-        assert_eq!(totals.peak_half_open(), 3);
+        assert_eq!(
+            a.admit(src(1), true, now),
+            Decision::RefuseFull,
+            "4 open over both"
+        );
+        assert_eq!((ledger.open(), ledger.peak_open()), (4, 4));
+        assert_eq!(ledger.peak_half_open(), 3);
         // A lost connection holds its slot until it is drained; a half-open one is counted
         // out once only.
         b.gone(ConnectionHandle(1));
-        assert_eq!(a.admit(true, now), Decision::RefuseFull);
+        assert_eq!(a.admit(src(1), true, now), Decision::RefuseFull);
         b.drained(ConnectionHandle(1));
-        assert_eq!(totals.open(), 3);
-        assert_eq!(totals.half_open(), 1);
-        assert_eq!(a.admit(true, now), Decision::Accept);
+        assert_eq!(ledger.open(), 3);
+        assert_eq!(ledger.half_open(), 1);
+        assert_eq!(a.admit(src(1), true, now), Decision::Accept);
     }
 
     #[test]
     fn handshakes_time_out() {
         let (mut g, now) = gate(|l| l.handshake_timeout = Duration::from_secs(2));
-        g.accepted(ConnectionHandle(0), now);
-        g.accepted(ConnectionHandle(1), now + Duration::from_secs(1));
+        g.accepted(ConnectionHandle(0), src(1), now);
+        g.accepted(ConnectionHandle(1), src(1), now + Duration::from_secs(1));
         g.connected(ConnectionHandle(1));
-        g.accepted(ConnectionHandle(2), now + Duration::from_secs(1));
-        assert_eq!(g.next_expiry(), Some(now + Duration::from_secs(2)));
+        g.accepted(ConnectionHandle(2), src(1), now + Duration::from_secs(1));
+        assert_eq!(g.next_expiry(now), Some(now + Duration::from_secs(2)));
         assert!(g.expired(now + Duration::from_millis(1999)).is_empty());
         assert_eq!(
             g.expired(now + Duration::from_secs(2)),
@@ -423,7 +498,7 @@ mod tests {
             g.expired(now + Duration::from_secs(3)),
             vec![ConnectionHandle(2)]
         );
-        assert_eq!(g.next_expiry(), None);
+        assert_eq!(g.next_expiry(now), None);
         assert_eq!(g.counters().handshake_timeouts, 2);
         assert_eq!(g.counters().half_open, 0);
     }

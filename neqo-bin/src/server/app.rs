@@ -16,9 +16,10 @@ use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Incoming, StreamEven
 
 use super::{
     BAD_REQUEST, REFUSED, ServerConfig, ServerReport,
-    admission::{Decision, Gate, Totals},
-    budget::Windows,
+    admission::{ClientSource, Decision, Gate},
+    budget::{NoWindow, Windows},
     configs::QlogConfigs,
+    ledger::Ledger,
 };
 use crate::{
     body::{self, Pumped, ReadEnd, Source, StreamClosed},
@@ -97,13 +98,13 @@ impl ServerApp {
         root: Option<Arc<Path>>,
         base: Arc<quinn_proto::ServerConfig>,
         config: ServerConfig,
-        totals: Arc<Totals>,
+        ledger: Arc<Ledger>,
         now: Instant,
     ) -> Self {
         Self {
             worker,
             root,
-            gate: Gate::new(config.limits, totals, now),
+            gate: Gate::new(worker, config.limits, ledger),
             windows: Windows::new(config.budget),
             qlog: QlogConfigs::new(base, config.transport.clone()),
             config,
@@ -120,7 +121,11 @@ impl ServerApp {
 impl Application for ServerApp {
     fn admit(&mut self, open: usize, incoming: &Incoming, now: Instant) -> Admission {
         let remote = incoming.remote_address();
-        match self.gate.admit(incoming.remote_address_validated(), now) {
+        let source = ClientSource::of(remote);
+        match self
+            .gate
+            .admit(source, incoming.remote_address_validated(), now)
+        {
             Decision::Accept => {}
             Decision::Retry => return Admission::Retry,
             why @ (Decision::RefuseHalfOpen | Decision::RefuseFull) => {
@@ -131,17 +136,24 @@ impl Application for ServerApp {
                 return Admission::Refuse;
             }
         }
-        let Some(window) = self.windows.reserve() else {
-            tracing::info!("refusing connection from {remote}: the receive budget is spent");
-            self.report.refused_budget += 1;
-            return Admission::Refuse;
+        let window = match self.windows.reserve(source) {
+            Ok(window) => window,
+            Err(why) => {
+                tracing::info!("refusing connection from {remote}: receive budget, {why:?}");
+                match why {
+                    NoWindow::Spent => self.report.refused_budget += 1,
+                    NoWindow::SourceShare => self.report.refused_source_share += 1,
+                }
+                return Admission::Refuse;
+            }
         };
         tracing::trace!("connection from {remote}: a window of {window} B");
         Admission::Accept(self.qlog.next())
     }
 
     fn accepted(&mut self, ch: ConnectionHandle, conn: &mut Connection) {
-        self.gate.accepted(ch, Instant::now());
+        self.gate
+            .accepted(ch, ClientSource::of(conn.remote_address()), Instant::now());
         if let Some(window) = self.windows.accepted(ch) {
             // Every connection is told the same small window (0-RTT requires that the next
             // connection is told no less), then gets its own from the budget at once.
@@ -222,14 +234,14 @@ impl Application for ServerApp {
         while let Some(done) = self.files.take() {
             driver.update(done.ch, |conn| self.file_done(conn, done));
         }
-        if self.gate.next_expiry().is_some_and(|t| t <= now) {
+        if self.gate.next_expiry(now).is_some_and(|t| t <= now) {
             for ch in self.gate.expired(now) {
-                tracing::debug!("connection {ch:?}: handshake timed out");
+                tracing::debug!("connection {ch:?}: handshake given up (timed out or evicted)");
                 driver.update(ch, |conn| {
                     conn.close(
                         now,
                         0u32.into(),
-                        bytes::Bytes::from_static(b"handshake timeout"),
+                        bytes::Bytes::from_static(b"handshake given up"),
                     );
                 });
             }
@@ -237,7 +249,7 @@ impl Application for ServerApp {
         self.report.admission = self.gate.counters();
         self.report.receive_budget = self.config.budget.bytes;
         self.report.receive_windows = self.windows.granted_bytes();
-        let expiry = self.gate.next_expiry();
+        let expiry = self.gate.next_expiry(now);
         let Some(interval) = self.config.stats_interval else {
             return expiry;
         };

@@ -14,11 +14,42 @@
 //! - a connection that cannot get [`MIN_WINDOW`] is refused (with the default 1 GiB and
 //!   4096 floor connections, the 4097th to about the 4110th get the floor from what is left of
 //!   the pool, and the next is refused until some close);
-//! - a drained connection's window returns to the budget.
+//! - a drained connection's window returns to the budget;
+//! - fair shares: a source (an IPv4 address or IPv6 /64, [`ClientSource`]) gets bonus windows
+//!   only while its connections hold less than a [`SOURCE_SHARE`]th of the budget, and once
+//!   half the floor or half the budget is granted, a source holding that much gets no more
+//!   windows at all. One host alone may take half the floor's connections and its share of
+//!   the bonus pool (a load test from one machine), and leaves the rest to others: before,
+//!   it could fill the whole budget.
+//!
+//! What this bounds: the stream data a peer can make the server buffer (data behind a gap
+//! waits, up to the window). quinn-proto keeps each received packet's data as slices of that
+//! packet, and defragments a stream's buffered data when its packets hold more than 32 KiB
+//! beyond it (or half as much again as the data); neqo-udp hands every datagram over in an
+//! allocation of its own size, so those rules count real memory. A connection's worst case
+//! is therefore about two and a half times its window, plus 32 KiB for each of its up to
+//! [`MAX_CONCURRENT_STREAMS`](crate::tls::MAX_CONCURRENT_STREAMS) streams, plus quinn-proto's
+//! bounded crypto buffers. DATAGRAM frames, which quinn-proto would buffer outside any
+//! window, are refused: no protocol here uses them (`tls.rs`).
+
+use std::collections::HashMap;
 
 use quinn_proto::ConnectionHandle;
 
+use super::ledger::ClientSource;
 use crate::idmap::IdMap;
+
+/// A source's share of the budget: a sixteenth.
+pub const SOURCE_SHARE: u64 = 16;
+
+/// Why the budget gives no window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NoWindow {
+    /// Fewer than [`MIN_WINDOW`] bytes are left.
+    Spent,
+    /// Half the budget is granted and the source holds its share already.
+    SourceShare,
+}
 
 /// The largest window a connection gets: enough for a fast transfer over a long path.
 pub const MAX_WINDOW: u64 = 64 << 20;
@@ -54,10 +85,26 @@ pub(super) struct Windows {
     /// Bytes of the floor still free, and of the bonus pool.
     floor_free: u64,
     bonus_free: u64,
-    /// Each connection's window: its floor part and its bonus part.
-    granted: IdMap<ConnectionHandle, (u64, u64)>,
+    /// Each connection's window: its floor part and its bonus part, and its source.
+    granted: IdMap<ConnectionHandle, Grant>,
     /// Reserved at admission, for the connection being accepted.
-    pending: Option<(u64, u64)>,
+    pending: Option<Grant>,
+    /// What each source's connections hold (sources holding nothing are not kept).
+    by_source: HashMap<ClientSource, u64>,
+}
+
+/// One connection's window.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    floor: u64,
+    bonus: u64,
+    source: ClientSource,
+}
+
+impl Grant {
+    const fn window(&self) -> u64 {
+        self.floor + self.bonus
+    }
 }
 
 impl Windows {
@@ -72,15 +119,21 @@ impl Windows {
             bonus_free: budget.bytes - floor,
             granted: IdMap::default(),
             pending: None,
+            by_source: HashMap::new(),
         }
     }
 
-    /// Reserves the window of the next connection, or `None` if the budget cannot give it
-    /// [`MIN_WINDOW`]. A reservation not taken by [`accepted`](Self::accepted) before the next
-    /// call is returned.
-    pub(super) fn reserve(&mut self) -> Option<u64> {
+    /// Reserves the window of the next connection, from `source`; refused if the budget
+    /// cannot give it [`MIN_WINDOW`], or its source has had its share. A reservation not
+    /// taken by [`accepted`](Self::accepted) before the next call is returned.
+    pub(super) fn reserve(&mut self, source: ClientSource) -> Result<u64, NoWindow> {
         if let Some(p) = self.pending.take() {
             self.give_back(p);
+        }
+        let share = self.budget.bytes / SOURCE_SHARE;
+        let held = self.by_source.get(&source).copied().unwrap_or(0);
+        if held >= share && self.contended() {
+            return Err(NoWindow::SourceShare);
         }
         let floor = if self.floor_free >= MIN_WINDOW {
             self.floor_free -= MIN_WINDOW;
@@ -90,38 +143,67 @@ impl Windows {
             self.bonus_free -= MIN_WINDOW;
             0
         } else {
-            return None;
+            return Err(NoWindow::Spent);
         };
-        let share = self.bonus_free / 16;
-        let bonus = if share >= MIN_WINDOW {
-            prev_power_of_two(share).min(MAX_WINDOW - MIN_WINDOW)
+        // A sixteenth of what is free, within what is left of the source's share.
+        let offer = (self.bonus_free / 16).min(share.saturating_sub(held + MIN_WINDOW));
+        let bonus = if offer >= MIN_WINDOW {
+            prev_power_of_two(offer).min(MAX_WINDOW - MIN_WINDOW)
         } else {
             0
         };
         self.bonus_free -= bonus;
         // Recorded as (floor part, bonus part incl. a floor taken from the bonus pool).
-        let part = (floor, bonus + (MIN_WINDOW - floor));
-        self.pending = Some(part);
-        Some(part.0 + part.1)
+        let grant = Grant {
+            floor,
+            bonus: bonus + (MIN_WINDOW - floor),
+            source,
+        };
+        self.pending = Some(grant);
+        Ok(grant.window())
     }
 
     /// The connection reserved for was accepted as `ch`: its window.
     pub(super) fn accepted(&mut self, ch: ConnectionHandle) -> Option<u64> {
-        let p = self.pending.take()?;
-        self.granted.insert(ch, p);
-        Some(p.0 + p.1)
+        let g = self.pending.take()?;
+        self.granted.insert(ch, g);
+        *self.by_source.entry(g.source).or_default() += g.window();
+        Some(g.window())
     }
 
     /// Connection `ch` is gone: its window returns.
     pub(super) fn released(&mut self, ch: ConnectionHandle) {
-        if let Some(p) = self.granted.remove(&ch) {
-            self.give_back(p);
+        if let Some(g) = self.granted.remove(&ch) {
+            if let Some(held) = self.by_source.get_mut(&g.source) {
+                *held -= g.window();
+                if *held == 0 {
+                    self.by_source.remove(&g.source);
+                }
+            }
+            self.give_back(g);
         }
     }
 
-    fn give_back(&mut self, (floor, bonus): (u64, u64)) {
-        self.floor_free += floor;
-        self.bonus_free += bonus;
+    fn give_back(&mut self, g: Grant) {
+        self.floor_free += g.floor;
+        self.bonus_free += g.bonus;
+    }
+
+    /// Whether half the floor or half the budget is granted: from then on a source holding
+    /// its share gets nothing more.
+    fn contended(&self) -> bool {
+        let floor = self.budget.bytes - self.bonus_pool();
+        self.floor_free <= floor / 2 || self.granted_bytes() >= self.budget.bytes / 2
+    }
+
+    /// The bonus pool's size: what the floor leaves of the budget.
+    fn bonus_pool(&self) -> u64 {
+        self.budget.bytes
+            - self
+                .budget
+                .floor_connections
+                .saturating_mul(MIN_WINDOW)
+                .min(self.budget.bytes)
     }
 
     /// Bytes granted to connections now (their windows' sum).
@@ -139,14 +221,32 @@ const fn prev_power_of_two(n: u64) -> u64 {
 mod tests {
     use super::*;
 
-    fn fill(w: &mut Windows, n: usize) -> Vec<u64> {
-        (0..n)
-            .map_while(|i| {
-                let got = w.reserve()?;
-                w.accepted(ConnectionHandle(i));
-                Some(got)
-            })
-            .collect()
+    /// Client `i`'s source: one each.
+    fn own(i: usize) -> ClientSource {
+        let i = i as u32;
+        ClientSource::of(std::net::SocketAddr::from((i.to_be_bytes(), 443)))
+    }
+
+    /// Connections from `source(i)` until `n` or the first refusal: their windows, and the
+    /// refusal.
+    /// Connection `i`'s handle is `ConnectionHandle(first + i)`.
+    fn fill(
+        w: &mut Windows,
+        first: usize,
+        n: usize,
+        source: impl Fn(usize) -> ClientSource,
+    ) -> (Vec<u64>, Option<NoWindow>) {
+        let mut got = Vec::new();
+        for i in 0..n {
+            match w.reserve(source(i)) {
+                Ok(window) => {
+                    assert_eq!(w.accepted(ConnectionHandle(first + i)), Some(window));
+                    got.push(window);
+                }
+                Err(e) => return (got, Some(e)),
+            }
+        }
+        (got, None)
     }
 
     #[test]
@@ -157,7 +257,8 @@ mod tests {
                 floor_connections: 4096,
             };
             let mut w = Windows::new(budget);
-            let got = fill(&mut w, 1_000_000);
+            let (got, refused) = fill(&mut w, 0, 1_000_000, own);
+            assert_eq!(refused, Some(NoWindow::Spent));
             let sum: u64 = got.iter().sum();
             assert!(sum <= bytes, "{bytes}: {sum}");
             assert_eq!(sum, w.granted_bytes());
@@ -170,7 +271,7 @@ mod tests {
     #[test]
     fn a_quiet_server_gives_large_windows_a_crowd_the_floor() {
         let mut w = Windows::new(Budget::default());
-        let got = fill(&mut w, 100_000);
+        let (got, _) = fill(&mut w, 0, 100_000, own);
         // The floor holds for 4096 connections, and what is left of the pool for a few more.
         assert!((4096..4200).contains(&got.len()), "{}", got.len());
         assert!(got[0] >= 16 << 20, "the first: {}", got[0]);
@@ -179,20 +280,60 @@ mod tests {
         assert!(w.granted_bytes() <= DEFAULT_BUDGET);
     }
 
+    /// One host alone gets large windows up to its share, then the floor, and stops at half
+    /// the floor's connections; the next host still gets a large window, and others the
+    /// rest.
+    #[test]
+    fn one_source_takes_half_the_budget_at_most() {
+        let budget = Budget::default();
+        let mut w = Windows::new(budget);
+        let one = own(7);
+        let (got, refused) = fill(&mut w, 0, 100_000, |_| one);
+        assert_eq!(refused, Some(NoWindow::SourceShare));
+        let share = budget.bytes / SOURCE_SHARE;
+        let bonus: u64 = got.iter().map(|g| g - MIN_WINDOW).sum();
+        assert!(bonus < share, "bonus windows within the share: {bonus}");
+        assert!(got[0] >= 16 << 20, "the first is large: {}", got[0]);
+        // Half the floor's connections (the first few with a share of the bonus pool).
+        assert_eq!(got.len() as u64, budget.floor_connections / 2);
+        assert!(
+            w.granted_bytes() < budget.bytes / 2,
+            "{}",
+            w.granted_bytes()
+        );
+        assert_eq!(w.reserve(one), Err(NoWindow::SourceShare), "refused again");
+        let next = w.reserve(own(8)).expect("another host");
+        assert!(next >= 4 << 20, "{next}");
+        w.accepted(ConnectionHandle(1_000_000));
+        let (rest, refused) = fill(&mut w, 2_000_000, 100_000, |i| own(1000 + i));
+        assert_eq!(refused, Some(NoWindow::Spent));
+        assert!(
+            rest.len() as u64 > budget.floor_connections / 2,
+            "{}",
+            rest.len()
+        );
+        // Once the host's connections are gone, it is a newcomer again.
+        for i in 0..got.len() {
+            w.released(ConnectionHandle(i));
+        }
+        assert!(w.reserve(one).is_ok());
+    }
+
     #[test]
     fn released_and_unclaimed_windows_return() {
         let mut w = Windows::new(Budget {
             bytes: 4 * MIN_WINDOW,
             floor_connections: 4,
         });
-        assert_eq!(fill(&mut w, 10).len(), 4);
-        assert_eq!(w.reserve(), None, "full");
+        assert_eq!(fill(&mut w, 0, 10, own).0.len(), 4);
+        assert_eq!(w.reserve(own(5)), Err(NoWindow::Spent), "full");
         w.released(ConnectionHandle(2));
-        assert_eq!(w.reserve(), Some(MIN_WINDOW));
+        assert_eq!(w.reserve(own(5)), Ok(MIN_WINDOW));
         // Not accepted: the next reservation takes it back first.
-        assert_eq!(w.reserve(), Some(MIN_WINDOW));
+        assert_eq!(w.reserve(own(6)), Ok(MIN_WINDOW));
         w.accepted(ConnectionHandle(7));
-        assert_eq!(w.reserve(), None);
+        assert_eq!(w.reserve(own(8)), Err(NoWindow::Spent));
         assert_eq!(w.granted_bytes(), 4 * MIN_WINDOW);
+        assert_eq!(w.by_source.len(), 4);
     }
 }

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use rustls::pki_types::CertificateDer;
 
-use super::{Server, ServerConfig, ServerReport, admission::Totals};
+use super::{Server, ServerConfig, ServerReport, ledger::Ledger};
 
 /// A server on its own thread with its own current-thread runtime, for tests and benches.
 #[derive(Debug)]
@@ -13,7 +13,7 @@ pub struct ServerHandle {
     certificate: Vec<CertificateDer<'static>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<anyhow::Result<ServerReport>>>,
-    totals: Arc<Totals>,
+    ledger: Arc<Ledger>,
 }
 
 impl ServerHandle {
@@ -42,7 +42,7 @@ impl ServerHandle {
                     let _ = ready_tx.send(Ok((
                         server.local_addrs(),
                         server.certificate().to_vec(),
-                        server.totals(),
+                        server.ledger(),
                     )));
                     server
                         .run(async move {
@@ -52,12 +52,12 @@ impl ServerHandle {
                 })
             })?;
         match ready_rx.recv() {
-            Ok(Ok((addrs, certificate, totals))) => Ok(Self {
+            Ok(Ok((addrs, certificate, ledger))) => Ok(Self {
                 addrs,
                 certificate,
                 stop: Some(stop),
                 thread: Some(thread),
-                totals,
+                ledger,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -92,7 +92,7 @@ impl ServerHandle {
     /// state included).
     #[must_use]
     pub fn open_connections(&self) -> usize {
-        self.totals.open()
+        self.ledger.open()
     }
 
     /// Stops the server and returns its report.

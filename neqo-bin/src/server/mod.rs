@@ -5,6 +5,8 @@
 //! - `app`: the [`Application`](crate::driver::Application) answering requests, with files
 //!   read off the driver thread ([`crate::disk`]).
 //! - `admission`: which new connections are taken, retried or refused; half-open ones.
+//! - `ledger`: what the workers count together (connections open and half-open, per client
+//!   source too, the arrival rate).
 //! - `budget`: the receive windows, sized so that all together stay within a budget.
 //! - `configs`: the server config of a connection with its own qlog stream.
 //! - `keys`: the stateless-reset, Retry-token and connection-ID keys, from a secret file or
@@ -25,6 +27,7 @@ mod configs;
 mod dispatch;
 mod handle;
 mod keys;
+mod ledger;
 mod report;
 mod worker;
 
@@ -122,9 +125,10 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     /// What one of `self.workers` workers gets of the limits: the receive budget split evenly
-    /// (its floor kept for a worker's share of the connections), and the arrival rate past
-    /// which it sends Retries, since new connections are spread evenly. The connection and
-    /// half-open limits are counted over all workers instead (`admission::Totals`).
+    /// (its floor kept for a worker's share of the connections). The connection and
+    /// half-open limits and the arrival rate are counted over all workers instead
+    /// (`ledger::Ledger`): new connections reach the workers by a hash of their addresses,
+    /// evenly only when they come from many.
     fn worker_share(&self) -> Self {
         let n = self.workers.max(1) as u64;
         let mut share = self.clone();
@@ -132,7 +136,6 @@ impl ServerConfig {
             bytes: self.budget.bytes / n,
             floor_connections: self.budget.floor_connections.div_ceil(n),
         };
-        share.limits.retry_rate = self.limits.retry_rate.div_ceil(n as u32).max(1);
         share
     }
 }
@@ -206,7 +209,7 @@ impl Server {
                 root: root.map(Arc::from),
                 server_config: Arc::new(server_config),
                 layout,
-                totals: Arc::default(),
+                ledger: Arc::default(),
                 config,
             },
         )?;
@@ -237,8 +240,8 @@ impl Server {
 
     /// A view of the connections open now over all workers, for
     /// [`ServerHandle::open_connections`].
-    fn totals(&self) -> Arc<admission::Totals> {
-        self.workers.totals.clone()
+    fn ledger(&self) -> Arc<ledger::Ledger> {
+        self.workers.ledger.clone()
     }
 
     /// Serves until `shutdown` completes, then closes every connection and returns the

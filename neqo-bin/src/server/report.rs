@@ -1,6 +1,6 @@
 //! What a server did: [`ServerReport`].
 
-use super::{AdmissionCounters, DispatchReport, admission::Totals};
+use super::{AdmissionCounters, DispatchReport, ledger::Ledger};
 use crate::driver::{Driver, DriverCounters};
 
 /// One worker's share of the work.
@@ -56,6 +56,9 @@ pub struct ServerReport {
     pub receive_windows: u64,
     /// Connections refused because the budget had no window left for them.
     pub refused_budget: u64,
+    /// Connections refused because half the budget was granted and their source (an IPv4
+    /// address, an IPv6 /64) held its share of it already.
+    pub refused_source_share: u64,
     /// Connections open (accepted, not yet drained) when the report was made. The server's
     /// per-connection state lives no longer than the driver's connection, so 0 means none.
     pub open_connections: u64,
@@ -102,17 +105,20 @@ impl ServerReport {
             ));
         }
         format!(
-            "receive windows {} of {} B (refused {}), connections accepted {} refused {} (half-open limit {}) retries {} half-open {} (peak {}, timed out {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}{workers}",
+            "receive windows {} of {} B (refused {}, source share {}), connections accepted {} refused {} (half-open limit {}) retries {} stateless replies dropped {} half-open {} (peak {}, timed out {}, evicted {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}{workers}",
             self.receive_windows,
             self.receive_budget,
             self.refused_budget,
+            self.refused_source_share,
             self.driver.accepted,
             self.driver.refused,
             self.admission.refused_half_open,
             self.driver.retries,
+            self.driver.stateless_dropped,
             self.admission.half_open,
             self.admission.peak_half_open,
             self.admission.handshake_timeouts,
+            self.admission.evicted_half_open,
             self.driver.accepted.saturating_sub(self.driver.drained),
             self.requests,
             self.refused_requests,
@@ -124,11 +130,11 @@ impl ServerReport {
     }
 
     /// The server's report from its workers': their counts added up, the peaks over all
-    /// workers at once from `totals`. With a dispatcher's report, the receive side of the
+    /// workers at once from `ledger`. With a dispatcher's report, the receive side of the
     /// socket counters is the dispatcher's (the workers' is their channels').
     pub(super) fn merged(
         workers: Vec<Self>,
-        totals: &Totals,
+        ledger: &Ledger,
         steering: &str,
         dispatch: Option<DispatchReport>,
     ) -> Self {
@@ -144,6 +150,7 @@ impl ServerReport {
             all.receive_budget += w.receive_budget;
             all.receive_windows += w.receive_windows;
             all.refused_budget += w.refused_budget;
+            all.refused_source_share += w.refused_source_share;
             all.open_connections += w.open_connections;
             // Process-wide already: the same in every worker's report.
             all.tls = w.tls;
@@ -155,8 +162,8 @@ impl ServerReport {
             all.socket.rx_dropped = d.socket.rx_dropped;
             all.socket.events.add(&d.socket.events);
         }
-        all.driver.peak_connections = totals.peak_open() as u64;
-        all.admission.peak_half_open = totals.peak_half_open();
+        all.driver.peak_connections = ledger.peak_open() as u64;
+        all.admission.peak_half_open = ledger.peak_half_open();
         all.rx_datagrams_per_syscall = all.socket.rx.datagrams_per_syscall();
         all.tx_datagrams_per_syscall = all.socket.tx.datagrams_per_syscall();
         all.kernel_drops = all.socket.kernel_drops;

@@ -10,7 +10,7 @@
 //!
 //! What the workers share: the keys (stateless reset, Retry tokens, connection IDs), one TLS
 //! config (one session store: a client resumes whichever worker it reaches), and the counts
-//! the connection limits apply to ([`Totals`]).
+//! the connection limits apply to ([`Ledger`]).
 //!
 //! A worker or dispatcher that fails or panics stops the server (see [`Workers::run`]): the
 //! steering program (or the dispatcher) would go on sending its connections' datagrams to a
@@ -26,10 +26,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{
     ServerConfig, ServerReport,
-    admission::Totals,
     app::ServerApp,
     cid::CidLayout,
     dispatch::{self, CHANNEL_CAPACITY, DispatchReport, Dispatcher},
+    ledger::Ledger,
 };
 use crate::driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
 
@@ -61,7 +61,7 @@ pub(super) struct Shared {
     pub(super) root: Option<Arc<Path>>,
     pub(super) server_config: Arc<quinn_proto::ServerConfig>,
     pub(super) layout: CidLayout,
-    pub(super) totals: Arc<Totals>,
+    pub(super) ledger: Arc<Ledger>,
     pub(super) config: ServerConfig,
 }
 
@@ -216,7 +216,7 @@ impl Worker {
             shared.root.clone(),
             shared.server_config.clone(),
             config,
-            shared.totals.clone(),
+            shared.ledger.clone(),
             Instant::now(),
         );
         Ok(Self { driver, app })
@@ -307,7 +307,7 @@ pub(super) struct Workers {
     dispatcher: Option<ServedThread<DispatchReport>>,
     /// The index of each worker whose thread ended; the worker count for the dispatcher.
     ended: mpsc::UnboundedReceiver<usize>,
-    pub(super) totals: Arc<Totals>,
+    pub(super) ledger: Arc<Ledger>,
     pub(super) steering: String,
 }
 
@@ -333,7 +333,7 @@ impl Workers {
             threads: Vec::new(),
             dispatcher: None,
             ended,
-            totals: shared.totals.clone(),
+            ledger: shared.ledger.clone(),
             steering: bound.steering,
         };
         let (per_worker, dispatch) = match bound.sockets {
@@ -475,7 +475,7 @@ impl Workers {
         }
         Ok(ServerReport::merged(
             reports,
-            &self.totals,
+            &self.ledger,
             &self.steering,
             dispatch,
         ))
