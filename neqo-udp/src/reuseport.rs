@@ -16,19 +16,28 @@ use crate::{
 /// have sockets that steering never picks.
 pub const MAX_GROUP_SOCKETS: usize = 256;
 
+/// The first byte's type bits of a QUIC version 1 long header...
+pub(crate) const LONG_TYPE_MASK: u8 = 0x30;
+/// ...and their value in a Handshake packet.
+pub(crate) const HANDSHAKE_TYPE: u8 = 0x20;
+
 /// Where a datagram's worker index sits: byte `offset` of its QUIC destination connection ID
-/// (DCID).
+/// (DCID), in the packets whose DCID the server chose.
 ///
 /// The steering program reads that byte and picks socket `byte % count` of the group. A
 /// server with `count` workers therefore writes, into every connection ID worker `i` issues,
 /// a byte at `offset` that is congruent to `i` modulo `count` (`i` itself, or `i + count * r`
-/// for a random `r` where that stays below 256). A client's first Initial carries a DCID the
-/// client chose at random: its byte is random too, so new connections spread evenly over the
-/// workers, and the client keeps using that DCID until it learns the server's, so every
-/// datagram of a connection reaches the worker that took it, whatever the client's address
-/// or port (also after it migrates).
+/// for a random `r` where that stays below 256). Short-header and Handshake packets carry
+/// such a connection ID, so every datagram of a connection reaches the worker that took it
+/// once its handshake is under way, whatever the client's address or port (also after it
+/// migrates).
 ///
-/// Where the datagram has no such byte the kernel falls back to its own 4-tuple hash; see
+/// Initial and 0-RTT packets carry a DCID the client chose (until it learns the server's),
+/// and a client may choose every one with the same byte there: steered by it, a flood aimed
+/// at one worker would find it. They go by the kernel's 4-tuple hash instead, which no
+/// client picks: spoofed sources spread over the workers, and each client's Initials,
+/// 0-RTT and Retry answers, from one address and port, reach one worker, the one that takes
+/// the connection. So does anything else without the byte; see
 /// [`socket_index`](Self::socket_index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CidSteering {
@@ -45,24 +54,27 @@ impl CidSteering {
 
     /// The socket the steering program picks, in a group of `count`, for a datagram with
     /// this UDP payload; `None` where it leaves the choice to the kernel's hash:
-    /// - long header (first byte's top bit set: Initial, 0-RTT, Handshake, Retry, Version
-    ///   Negotiation): the DCID length is byte 5 and the DCID starts at byte 6; a DCID of
-    ///   `offset` bytes or fewer falls back;
+    /// - Handshake packet (a long header, first byte's top bit set, of type `0b10`): the DCID
+    ///   length is byte 5 and the DCID starts at byte 6; a DCID of `offset` bytes or fewer
+    ///   falls back;
+    /// - every other long header (Initial, 0-RTT, Retry, other versions' packets) falls
+    ///   back: its DCID may be the client's choice;
     /// - short header: the DCID starts at byte 1 (its length is the server's own, not on the
     ///   wire);
     /// - a datagram too short to hold the byte falls back.
     ///
     /// A server may use it to find datagrams that fell back to a worker other than the
-    /// connection's (they can only be datagrams without the byte, which belong to no
-    /// connection yet or are malformed).
+    /// connection's (they can only be datagrams without the byte: new connections'
+    /// Initials and 0-RTT packets, or malformed ones).
     #[must_use]
     pub fn socket_index(&self, datagram: &[u8], count: usize) -> Option<usize> {
         if count == 0 {
             return None;
         }
-        let at = if datagram.first()? & 0x80 == 0 {
+        let first = *datagram.first()?;
+        let at = if first & 0x80 == 0 {
             1 + usize::from(self.offset)
-        } else if *datagram.get(5)? > self.offset {
+        } else if first & LONG_TYPE_MASK == HANDSHAKE_TYPE && *datagram.get(5)? > self.offset {
             6 + usize::from(self.offset)
         } else {
             return None;
@@ -242,8 +254,8 @@ mod tests {
     #[test]
     fn socket_index_long_header() {
         let s = CidSteering::new(1);
-        // Initial, version 1, DCID of 4 bytes whose byte 1 is 7.
-        let p = [0xc3, 0, 0, 0, 1, 4, 0xff, 7, 0xff, 0xff, 0];
+        // Handshake, version 1, DCID of 4 bytes whose byte 1 is 7.
+        let p = [0xe3, 0, 0, 0, 1, 4, 0xff, 7, 0xff, 0xff, 0];
         assert_eq!(s.socket_index(&p, 4), Some(3));
         assert_eq!(s.socket_index(&p, 2), Some(1));
         assert_eq!(s.socket_index(&p[..8], 4), Some(3));
@@ -253,5 +265,11 @@ mod tests {
         one_byte_dcid[5] = 1;
         assert_eq!(s.socket_index(&one_byte_dcid, 4), None);
         assert_eq!(CidSteering::new(0).socket_index(&one_byte_dcid, 4), Some(3));
+        // Initial (0b00), 0-RTT (0b01) and Retry (0b11): the client's DCID, never steered.
+        for first in [0xc3, 0xd3, 0xf3] {
+            let mut other = p;
+            other[0] = first;
+            assert_eq!(s.socket_index(&other, 4), None, "{first:#x}");
+        }
     }
 }

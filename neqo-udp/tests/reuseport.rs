@@ -93,7 +93,7 @@ fn windows_refuses_groups() {
 #[cfg(target_os = "linux")]
 mod steering {
     use std::{
-        collections::HashSet,
+        collections::{HashMap, HashSet},
         io,
         net::{IpAddr, SocketAddr, UdpSocket},
         time::{Duration, Instant},
@@ -134,10 +134,10 @@ mod steering {
         p
     }
 
-    /// A long-header (Initial) packet with a `dcid_len`-byte DCID, `worker` at byte
+    /// A long-header Handshake packet with a `dcid_len`-byte DCID, `worker` at byte
     /// `offset` of it where it is that long, then `tag`.
     fn long_header(offset: u8, dcid_len: u8, worker: u8, tag: u32) -> Vec<u8> {
-        let mut p = vec![0xc3, 0, 0, 0, 1, dcid_len];
+        let mut p = vec![0xe3, 0, 0, 0, 1, dcid_len];
         let mut dcid = vec![0x5au8; usize::from(dcid_len)];
         if let Some(b) = dcid.get_mut(usize::from(offset)) {
             *b = worker;
@@ -281,7 +281,8 @@ mod steering {
     /// Datagrams without the worker byte (a long header whose DCID is too short, a packet
     /// too short) go to the kernel's hash: each arrives on exactly one socket, and from many
     /// client ports they are spread, not all put on socket 0 (where a program that loaded
-    /// beyond the packet would put them).
+    /// beyond the packet would put them). So do Initials whose client-chosen DCIDs all name
+    /// socket 3: a flood cannot be aimed at one socket.
     #[test]
     fn unsteerable_datagrams_arrive_once_and_are_hashed() {
         const CLIENTS: usize = 32;
@@ -299,15 +300,21 @@ mod steering {
                 let mut short = vec![0x43, 0, 0, 0, 0, 0];
                 short[1..5].copy_from_slice(&tag.to_be_bytes());
                 assert_eq!(short.len(), 1 + usize::from(OFFSET));
+                let mut initial = long_header(OFFSET, DCID_LEN, 3, tag);
+                initial[0] = 0xc3;
                 c.send_to(&long, dest).unwrap();
                 c.send_to(&short, dest).unwrap();
+                c.send_to(&initial, dest).unwrap();
                 let source = c.local_addr().unwrap();
                 sent.insert((source, long));
                 sent.insert((source, short));
+                sent.insert((source, initial));
             }
             let got = recv_group(&group, sent.len());
-            // The sockets each kind (long or short header) arrived on.
-            let (mut long_on, mut short_on) = (HashSet::new(), HashSet::new());
+            // The sockets each kind arrived on, and the one each client's Initial did.
+            let (mut long_on, mut short_on, mut initial_on) =
+                (HashSet::new(), HashSet::new(), HashSet::new());
+            let mut hashed: HashMap<SocketAddr, usize> = HashMap::new();
             for (socket, source, payload) in got {
                 assert!(
                     sent.remove(&(source, payload.clone())),
@@ -315,6 +322,9 @@ mod steering {
                 );
                 if payload[0] & 0x80 == 0 {
                     short_on.insert(socket);
+                } else if payload[0] == 0xc3 {
+                    initial_on.insert(socket);
+                    hashed.insert(source, socket);
                 } else {
                     long_on.insert(socket);
                 }
@@ -328,6 +338,22 @@ mod steering {
                     HashSet::from([0]),
                     "{ip}: every unsteerable {kind}-header datagram went to socket 0"
                 );
+            }
+            assert_ne!(
+                initial_on,
+                HashSet::from([3]),
+                "{ip}: Initials aimed at socket 3 all reached it"
+            );
+            assert!(initial_on.len() > 1, "{ip}: Initials not spread");
+            // A client's next Initial (another DCID, the same worker byte) follows its first.
+            for c in &clients {
+                let source = c.local_addr().unwrap();
+                let mut again = long_header(OFFSET, DCID_LEN, 1, 0xffff);
+                again[0] = 0xc3;
+                c.send_to(&again, dest).unwrap();
+                let got = recv_group(&group, 1);
+                assert_eq!(got[0].1, source);
+                assert_eq!(got[0].0, hashed[&source], "{source}: another socket");
             }
         }
     }

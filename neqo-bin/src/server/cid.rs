@@ -13,10 +13,10 @@
 //!   "not routable": a load balancer falls back to the 4-tuple) and 5 random bits.
 //! - The worker byte is congruent to the worker's index modulo the number of workers, drawn
 //!   uniformly among such bytes, so that it reveals nothing across servers with the same
-//!   worker count. The steering program reads it from every datagram's destination connection
-//!   ID (`neqo_udp::CidSteering`): a connection stays on its worker whatever its client's
-//!   address; a client's random Initial DCID has a random byte there, which spreads new
-//!   connections.
+//!   worker count. The steering program reads it from the destination connection ID of every
+//!   short-header and Handshake packet (`neqo_udp::CidSteering`): a connection stays on its
+//!   worker whatever its client's address. (Initials, whose DCID the client chose, go by the
+//!   4-tuple hash.)
 //! - The signature (HMAC-SHA256 of the rest under the server's key, truncated) lets the
 //!   endpoint tell IDs it could have issued from noise, so that it answers only those with a
 //!   stateless reset ([`ConnectionIdGenerator::validate`]).

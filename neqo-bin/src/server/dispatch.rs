@@ -12,25 +12,21 @@
 //!
 //! The rule ([`worker_for`]) is the steering program's: the worker byte of the destination
 //! connection ID modulo the worker count ([`neqo_udp::CidSteering::socket_index`]), so the
-//! connection IDs are the same whichever steering runs. A datagram without the byte goes by a
-//! hash of its source address instead, as the kernel's 4-tuple hash would send it: one
-//! source's such datagrams always reach one worker.
+//! connection IDs are the same whichever steering runs. A datagram without the byte (an
+//! Initial or 0-RTT packet, whose connection ID the client chose) goes by a hash of its
+//! source address instead, as the kernel's 4-tuple hash would send it: one source's such
+//! datagrams always reach one worker, and the hash's key is random per process, so no client
+//! can pick sources that all reach one.
 //!
 //! The bound: each worker's channel holds [`CHANNEL_CAPACITY`] datagrams. When it is full the
 //! datagram is dropped and counted (`dropped`, per worker), as the kernel drops on a full
 //! socket buffer: a worker that falls behind, or is stuck, must neither stall the dispatcher
-//! (and with it every other worker) nor make the server's memory grow. A datagram is at most
-//! one receive slot (`neqo_udp::RECV_SLOT_SIZE`, 64 KiB) and the datagrams of a GRO run share
-//! their slot, so a full channel holds at most 1024 x 64 KiB = 64 MiB, and about 1.5 MB of
-//! full-size QUIC datagrams (1452 bytes) in practice.
+//! (and with it every other worker) nor make the server's memory grow. Each datagram is in
+//! an allocation of its own size (neqo-udp copies it out of the receive slot), so a full
+//! channel holds what its senders sent: about 1.5 MB of full-size QUIC datagrams (1452
+//! bytes), and 64 MiB only if every one of them is a 64 KiB UDP datagram.
 
-use std::{
-    future::poll_fn,
-    hash::{Hash as _, Hasher as _},
-    io,
-    net::SocketAddr,
-    task::Poll,
-};
+use std::{future::poll_fn, hash::BuildHasher as _, io, net::SocketAddr, task::Poll};
 
 use neqo_udp::{CidSteering, Datagram, RecvBatch, Socket};
 use tokio::sync::mpsc::{self, error::TrySendError};
@@ -57,16 +53,18 @@ pub fn worker_for(steering: CidSteering, data: &[u8], source: SocketAddr, worker
         .unwrap_or_else(|| source_hash(source) % workers)
 }
 
-/// A hash of the source address that is the same for every datagram of this process (std's
-/// `DefaultHasher::new` has fixed keys), so one source stays on one worker.
+/// A hash of the source address under a key drawn once per process: the same for every
+/// datagram of this process, so one source stays on one worker, and unknown to clients (a
+/// fixed key, such as `DefaultHasher::new`'s, would let one choose sources that collide).
 fn source_hash(source: SocketAddr) -> usize {
-    let mut h = std::hash::DefaultHasher::new();
-    source.hash(&mut h);
+    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
     #[expect(
         clippy::cast_possible_truncation,
         reason = "any bits of the hash will do"
     )]
-    let h = h.finish() as usize;
+    let h = KEY
+        .get_or_init(std::hash::RandomState::new)
+        .hash_one(source) as usize;
     h
 }
 
@@ -250,7 +248,8 @@ pub(super) mod tests {
         let b: SocketAddr = "[::1]:2000".parse().unwrap();
         for byte in 0..=255u8 {
             let short = [0x40, 0xe0, byte, 1, 2, 3];
-            let mut long = vec![0xc0, 0, 0, 0, 1, 8, 0xe0, byte];
+            // Handshake: the server's connection ID.
+            let mut long = vec![0xe0, 0, 0, 0, 1, 8, 0xe0, byte];
             long.resize(1200, 0);
             for workers in 1..=5 {
                 let want = usize::from(byte) % workers;
@@ -258,6 +257,21 @@ pub(super) mod tests {
                 assert_eq!(worker_for(steering, &short, b, workers), want, "any source");
                 assert_eq!(worker_for(steering, &long, b, workers), want);
             }
+        }
+        // An Initial's connection ID is the client's: its byte aims at nothing, the source
+        // decides, and many sources spread.
+        let mut initial = vec![0xc0, 0, 0, 0, 1, 8, 0xe0, 0];
+        initial.resize(1200, 0);
+        let spread: std::collections::HashSet<usize> = (0..64)
+            .map(|p| worker_for(steering, &initial, SocketAddr::new(a.ip(), 5000 + p), 4))
+            .collect();
+        assert!(spread.len() > 1, "{spread:?}");
+        for p in 0..64 {
+            let source = SocketAddr::new(a.ip(), 5000 + p);
+            assert_eq!(
+                worker_for(steering, &initial, source, 4),
+                worker_for(steering, &[], source, 4)
+            );
         }
         // Without the byte (too short; a long header whose DCID ends first), the source
         // decides, the same way each time, whatever the payload.

@@ -20,9 +20,11 @@
 use std::{io, mem, os::fd::AsRawFd, ptr};
 
 use libc::{
-    BPF_A, BPF_ABS, BPF_ALU, BPF_B, BPF_JA, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_LEN,
-    BPF_MISC, BPF_MOD, BPF_RET, BPF_TAX, BPF_TXA, BPF_W, sock_filter, sock_fprog,
+    BPF_A, BPF_ABS, BPF_ALU, BPF_AND, BPF_B, BPF_JA, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K,
+    BPF_LD, BPF_LEN, BPF_MISC, BPF_MOD, BPF_RET, BPF_TAX, BPF_TXA, BPF_W, sock_filter, sock_fprog,
 };
+
+use crate::reuseport::{HANDSHAKE_TYPE, LONG_TYPE_MASK};
 
 use super::UdpSockRef;
 
@@ -64,23 +66,25 @@ const fn jump_unless(code: u32, k: u32, at: usize, else_to: usize) -> sock_filte
 ///  2  if A > 0 else FALLBACK
 ///  3  A = byte[0]
 ///  4  if A & 0x80 else SHORT   long header?
-///  5  A = X
-///  6  if A > 6 + offset else FALLBACK
-///  7  A = byte[5]              DCID length
-///  8  if A > offset else FALLBACK
-///  9  A = byte[6 + offset]
-/// 10  goto SELECT
-/// 11  SHORT: A = X             short header: the DCID starts at byte 1
-/// 12  if A > 1 + offset else FALLBACK
-/// 13  A = byte[1 + offset]
-/// 14  SELECT: A = A % count
-/// 15  return A
-/// 16  FALLBACK: return u32::MAX
+///  5  A = A & 0x30             its type
+///  6  if A == 0x20 else FALLBACK   Handshake: a DCID the server chose
+///  7  A = X
+///  8  if A > 6 + offset else FALLBACK
+///  9  A = byte[5]              DCID length
+/// 10  if A > offset else FALLBACK
+/// 11  A = byte[6 + offset]
+/// 12  goto SELECT
+/// 13  SHORT: A = X             short header: the DCID starts at byte 1
+/// 14  if A > 1 + offset else FALLBACK
+/// 15  A = byte[1 + offset]
+/// 16  SELECT: A = A % count
+/// 17  return A
+/// 18  FALLBACK: return u32::MAX
 /// ```
 pub(crate) fn cid_steering_program(offset: u8, count: u32) -> Vec<sock_filter> {
-    const SHORT: usize = 11;
-    const SELECT: usize = 14;
-    const FALLBACK_AT: usize = 16;
+    const SHORT: usize = 13;
+    const SELECT: usize = 16;
+    const FALLBACK_AT: usize = 18;
     assert!(count > 0, "a group has at least one socket");
     let offset = u32::from(offset);
     let program = vec![
@@ -89,16 +93,25 @@ pub(crate) fn cid_steering_program(offset: u8, count: u32) -> Vec<sock_filter> {
         jump_unless(BPF_JMP | BPF_JGT | BPF_K, 0, 2, FALLBACK_AT),
         stmt(BPF_LD | BPF_B | BPF_ABS, 0),
         jump_unless(BPF_JMP | BPF_JSET | BPF_K, 0x80, 4, SHORT),
-        // Long header: flags, version (4 bytes), DCID length, DCID.
+        // Long header: only a Handshake packet's DCID is the server's; Initial and 0-RTT
+        // packets carry one the client chose, and go by the kernel's 4-tuple hash.
+        stmt(BPF_ALU | BPF_AND | BPF_K, u32::from(LONG_TYPE_MASK)),
+        jump_unless(
+            BPF_JMP | BPF_JEQ | BPF_K,
+            u32::from(HANDSHAKE_TYPE),
+            6,
+            FALLBACK_AT,
+        ),
+        // Flags, version (4 bytes), DCID length, DCID.
         stmt(BPF_MISC | BPF_TXA, 0),
-        jump_unless(BPF_JMP | BPF_JGT | BPF_K, 6 + offset, 6, FALLBACK_AT),
+        jump_unless(BPF_JMP | BPF_JGT | BPF_K, 6 + offset, 8, FALLBACK_AT),
         stmt(BPF_LD | BPF_B | BPF_ABS, 5),
-        jump_unless(BPF_JMP | BPF_JGT | BPF_K, offset, 8, FALLBACK_AT),
+        jump_unless(BPF_JMP | BPF_JGT | BPF_K, offset, 10, FALLBACK_AT),
         stmt(BPF_LD | BPF_B | BPF_ABS, 6 + offset),
-        stmt(BPF_JMP | BPF_JA, (SELECT - 10 - 1) as u32),
+        stmt(BPF_JMP | BPF_JA, (SELECT - 12 - 1) as u32),
         // Short header: flags, DCID (of the server's length, not on the wire).
         stmt(BPF_MISC | BPF_TXA, 0),
-        jump_unless(BPF_JMP | BPF_JGT | BPF_K, 1 + offset, 12, FALLBACK_AT),
+        jump_unless(BPF_JMP | BPF_JGT | BPF_K, 1 + offset, 14, FALLBACK_AT),
         stmt(BPF_LD | BPF_B | BPF_ABS, 1 + offset),
         stmt(BPF_ALU | BPF_MOD | BPF_K, count),
         stmt(BPF_RET | BPF_A, 0),
@@ -168,7 +181,11 @@ mod tests {
                     assert_ne!(k, 0, "the kernel refuses a modulo by 0");
                     a %= k;
                 }
+                c if c == BPF_ALU | BPF_AND | BPF_K => a &= k,
                 c if c == BPF_JMP | BPF_JA => pc += k as usize,
+                c if c == BPF_JMP | BPF_JEQ | BPF_K => {
+                    pc += usize::from(if a == k { insn.jt } else { insn.jf });
+                }
                 c if c == BPF_JMP | BPF_JGT | BPF_K => {
                     pc += usize::from(if a > k { insn.jt } else { insn.jf });
                 }
@@ -199,10 +216,10 @@ mod tests {
         p
     }
 
-    /// A long-header (Initial) packet with a `dcid_len`-byte DCID holding `worker` at byte
+    /// A long-header Handshake packet with a `dcid_len`-byte DCID holding `worker` at byte
     /// `offset` (when it is that long).
     fn long(offset: u8, dcid_len: u8, worker: u8) -> Vec<u8> {
-        let mut p = vec![0xc0, 0, 0, 0, 1, dcid_len];
+        let mut p = vec![0xe0, 0, 0, 0, 1, dcid_len];
         let mut dcid = vec![0x5au8; usize::from(dcid_len)];
         if let Some(b) = dcid.get_mut(usize::from(offset)) {
             *b = worker;
@@ -245,14 +262,17 @@ mod tests {
         }
     }
 
-    /// The other long-header types (0-RTT, Handshake, Retry) are steered the same way.
+    /// Only Handshake packets (whatever their low bits) go by the DCID: Initial, 0-RTT and
+    /// Retry packets, and long headers of other versions' types, carry a DCID the client
+    /// chose, and go by the kernel's hash, so that no client can aim them at one socket.
     #[test]
-    fn every_long_header_type() {
+    fn only_handshake_packets_go_by_their_dcid() {
         let program = cid_steering_program(2, 4);
-        for first in [0xc0u8, 0xd0, 0xe0, 0xf0, 0x80] {
+        for first in 0x80..=0xffu8 {
             let mut p = long(2, 8, 6);
             p[0] = first;
-            assert_eq!(run(&program, &p), 2, "first byte {first:#x}");
+            let want = if first & 0x30 == 0x20 { 2 } else { FALLBACK };
+            assert_eq!(run(&program, &p), want, "first byte {first:#x}");
         }
     }
 
