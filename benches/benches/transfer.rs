@@ -9,7 +9,7 @@
 //! - `100-conn/1-1mb-resp`: 100 connections at once from one client (over 16 local
 //!   sockets), one 1 MiB response each.
 //!
-//! Each runs in I/O mode `batched` and `single`, and on Linux `uring`, pacing on; Download, Upload and 100-conn also with
+//! Each runs in I/O mode `batched` and `single`, pacing on; Download, Upload and 100-conn also with
 //! pacing off (`batched-unpaced`, `single-unpaced`). One server per benchmark function. After
 //! each, a line gives the mean datagrams per syscall of both sides in both directions, the
 //! kernel drops, lost packets, and the process CPU time per MiB, request or connection.
@@ -47,9 +47,6 @@ fn transfer(c: &mut Criterion) {
             Scenario::Rps | Scenario::Hps => 5,
         }));
         let mut variants = vec![(IoMode::Batched, true), (IoMode::Single, true)];
-        if cfg!(target_os = "linux") {
-            variants.push((IoMode::Uring, true));
-        }
         if scenario.has_unpaced_variant() {
             variants.extend([(IoMode::Batched, false), (IoMode::Single, false)]);
         }

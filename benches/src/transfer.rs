@@ -477,8 +477,7 @@ mod tests {
     #[test]
     fn every_scenario_runs_small_in_both_modes() {
         for scenario in Scenario::ALL {
-            let uring = cfg!(target_os = "linux").then_some(IoMode::Uring);
-            for mode in [IoMode::Batched, IoMode::Single].into_iter().chain(uring) {
+            for mode in [IoMode::Batched, IoMode::Single] {
                 let pacing = !(scenario.has_unpaced_variant() && mode == IoMode::Single);
                 let w = scenario.small();
                 let mut f = Fixture::start(scenario, w, mode, pacing).unwrap();

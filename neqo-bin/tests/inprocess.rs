@@ -58,12 +58,7 @@ fn download_50mb_verified() {
 #[test]
 fn io_pacing_and_address_family_matrix() {
     for listen in ["127.0.0.1:0", "[::1]:0"] {
-        let modes: &[IoMode] = if cfg!(target_os = "linux") {
-            &[IoMode::Batched, IoMode::Single, IoMode::Uring]
-        } else {
-            &[IoMode::Batched, IoMode::Single]
-        };
-        for &mode in modes {
+        for mode in [IoMode::Batched, IoMode::Single] {
             for pacing in [true, false] {
                 let s = server_with(listen, |c| {
                     c.socket = neqo_udp::Config::with_mode(mode);

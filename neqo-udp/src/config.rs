@@ -24,7 +24,10 @@ pub const RECV_SLOT_SIZE: usize = 1 << 16;
 /// reports.
 pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 
-/// Whether a socket batches datagrams or moves one per syscall, and through which interface.
+/// Whether a socket batches datagrams or moves one per syscall.
+///
+/// There is no io_uring mode: one was built, measured slower than `Batched` and removed
+/// (`docs/io_uring.md` in the repository has the figures).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IoMode {
     /// Many datagrams per syscall: `recvmmsg`/`sendmmsg` (Linux), `recvmsg_x`/`sendmsg_x`
@@ -33,11 +36,6 @@ pub enum IoMode {
     Batched,
     /// One datagram per syscall (`recvmsg`/`sendmsg`), no GSO and no GRO: the baseline.
     Single,
-    /// io_uring (Linux only): a multishot `recvmsg` into a ring of kernel-picked buffers,
-    /// readiness from the ring's descriptor, and each send batch as linked `sendmsg`
-    /// requests in one submission. Batch size, GSO and GRO apply as in `Batched`. Binding in
-    /// this mode fails where io_uring or a feature it needs is missing; it never falls back.
-    Uring,
 }
 
 impl IoMode {
@@ -47,7 +45,6 @@ impl IoMode {
         match self {
             Self::Batched => "batched",
             Self::Single => "single",
-            Self::Uring => "uring",
         }
     }
 }
@@ -65,9 +62,8 @@ impl FromStr for IoMode {
         match s.to_ascii_lowercase().as_str() {
             "batched" | "batch" => Ok(Self::Batched),
             "single" => Ok(Self::Single),
-            "uring" | "io-uring" | "io_uring" => Ok(Self::Uring),
             other => Err(format!(
-                "unknown I/O mode {other:?} (expected batched, single or uring)"
+                "unknown I/O mode {other:?} (expected batched or single)"
             )),
         }
     }
@@ -94,7 +90,7 @@ pub enum RecvBuffers {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Datagram buffers per receive syscall and messages per send syscall in
-    /// [`IoMode::Batched`] and [`IoMode::Uring`]; clamped to `1..=MAX_BATCH_SIZE`.
+    /// [`IoMode::Batched`]; clamped to `1..=MAX_BATCH_SIZE`.
     pub batch_size: usize,
     /// Use UDP generic segmentation offload on send (Linux `UDP_SEGMENT`).
     pub gso: bool,
@@ -143,20 +139,20 @@ impl Config {
     pub fn effective_batch_size(&self) -> usize {
         match self.mode {
             IoMode::Single => 1,
-            IoMode::Batched | IoMode::Uring => self.batch_size.clamp(1, MAX_BATCH_SIZE),
+            IoMode::Batched => self.batch_size.clamp(1, MAX_BATCH_SIZE),
         }
     }
 
     /// Whether GSO is wanted (it may still be unsupported by the kernel).
     #[must_use]
     pub fn wants_gso(&self) -> bool {
-        self.gso && self.mode != IoMode::Single
+        self.gso && self.mode == IoMode::Batched
     }
 
     /// Whether GRO is wanted (it may still be unsupported by the kernel).
     #[must_use]
     pub fn wants_gro(&self) -> bool {
-        self.gro && self.mode != IoMode::Single
+        self.gro && self.mode == IoMode::Batched
     }
 }
 
@@ -192,16 +188,10 @@ mod tests {
         assert_eq!("Single".parse::<IoMode>(), Ok(IoMode::Single));
         assert!("fast".parse::<IoMode>().unwrap_err().contains("fast"));
         assert_eq!(IoMode::Single.to_string(), "single");
-        assert_eq!("uring".parse::<IoMode>(), Ok(IoMode::Uring));
-        assert_eq!("io-uring".parse::<IoMode>(), Ok(IoMode::Uring));
-        assert_eq!(IoMode::Uring.to_string(), "uring");
-        assert!("fast".parse::<IoMode>().unwrap_err().contains("uring"));
-    }
-
-    #[test]
-    fn uring_mode_batches_with_offloads() {
-        let c = Config::with_mode(IoMode::Uring);
-        assert_eq!(c.effective_batch_size(), DEFAULT_BATCH_SIZE);
-        assert!(c.wants_gso() && c.wants_gro());
+        // io_uring was a mode until it was removed (docs/io_uring.md): refused by name now.
+        for gone in ["uring", "io_uring"] {
+            let e = gone.parse::<IoMode>().unwrap_err();
+            assert!(e.contains(gone) && e.contains("batched or single"), "{e}");
+        }
     }
 }

@@ -26,14 +26,8 @@ use crate::{
 /// Built for one task driving it (a QUIC endpoint), though every method takes `&self` and the
 /// socket is `Sync`, so a relay may share it. Must be created inside a tokio runtime, whose
 /// reactor it registers with.
-///
-/// In [`IoMode::Uring`] receives complete on an io_uring: read readiness is that ring's
-/// (registered with tokio too), write readiness stays the socket's.
 #[derive(Debug)]
 pub struct Socket {
-    /// io_uring mode: a duplicate of the receive ring's descriptor, registered with tokio.
-    #[cfg(target_os = "linux")]
-    ring: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
     io: tokio::net::UdpSocket,
     state: UdpSocketState,
 }
@@ -59,18 +53,8 @@ impl Socket {
     pub fn from_std(sock: std::net::UdpSocket, config: Config) -> io::Result<Self> {
         sock.set_nonblocking(true)?;
         let state = UdpSocketState::new(UdpSockRef::from(&sock), config)?;
-        #[cfg(target_os = "linux")]
-        let ring = state
-            .uring_fd()
-            .map(crate::sys::register_readiness)
-            .transpose()?;
         let io = tokio::net::UdpSocket::from_std(sock)?;
-        Ok(Self {
-            #[cfg(target_os = "linux")]
-            ring,
-            io,
-            state,
-        })
+        Ok(Self { io, state })
     }
 
     fn sock(&self) -> UdpSockRef<'_> {
@@ -97,7 +81,7 @@ impl Socket {
         self.state.config()
     }
 
-    /// Batched, single or uring.
+    /// Batched or single.
     #[must_use]
     pub const fn mode(&self) -> IoMode {
         self.state.mode()
@@ -139,18 +123,11 @@ impl Socket {
         self.state.recv_batch()
     }
 
-    /// Waits until the socket may be readable (in uring mode: until receive completions may
-    /// wait on the ring).
+    /// Waits until the socket may be readable.
     ///
     /// # Errors
     /// When the runtime's reactor is gone.
     pub async fn readable(&self) -> io::Result<()> {
-        #[cfg(target_os = "linux")]
-        if let Some(ring) = &self.ring {
-            // The guard is dropped without clearing: `recv` clears readiness when it finds
-            // nothing.
-            return ring.readable().await.map(drop);
-        }
         self.io.readable().await
     }
 
@@ -167,10 +144,6 @@ impl Socket {
     /// # Errors
     /// When the runtime's reactor is gone.
     pub fn poll_recv_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        #[cfg(target_os = "linux")]
-        if let Some(ring) = &self.ring {
-            return ring.poll_read_ready(cx).map_ok(drop);
-        }
         self.io.poll_recv_ready(cx)
     }
 
@@ -191,10 +164,6 @@ impl Socket {
     /// `WouldBlock` when nothing is queued (and the socket's readiness is cleared); other
     /// errors only for a broken socket.
     pub fn recv(&self, batch: &mut RecvBatch) -> io::Result<RecvSummary> {
-        #[cfg(target_os = "linux")]
-        if let Some(ring) = &self.ring {
-            return ring.try_io(Interest::READABLE, |_| self.state.recv(self.sock(), batch));
-        }
         self.io
             .try_io(Interest::READABLE, || self.state.recv(self.sock(), batch))
     }

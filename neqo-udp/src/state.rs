@@ -121,35 +121,13 @@ impl UdpSocketState {
         &self.config
     }
 
-    /// Batched, single or uring.
+    /// Batched or single.
     #[must_use]
     pub const fn mode(&self) -> IoMode {
         self.config.mode
     }
 
-    /// In [`IoMode::Uring`], the descriptor to wait on for receives: the receive ring's, which
-    /// is readable while completed receives wait (the socket's own readability says nothing
-    /// in this mode, as the kernel hands its datagrams to the ring). Sends still wait for the
-    /// socket to be writable. `None` in the other modes.
-    ///
-    /// In this mode the ring also holds a reference to the socket until this state is dropped.
-    #[cfg(target_os = "linux")]
-    #[must_use]
-    pub fn uring_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        sys::uring_fd(&self.platform)
-    }
-
-    /// In [`IoMode::Uring`], how often the multishot receive ended and was armed again, and
-    /// how many of those ends were for want of buffers (`ENOBUFS`: the datagrams waited in
-    /// the socket's queue meanwhile). `None` in the other modes.
-    #[cfg(target_os = "linux")]
-    #[must_use]
-    pub fn uring_rearms(&self) -> Option<(u64, u64)> {
-        sys::uring_rearms(&self.platform)
-    }
-
-    /// Datagram buffers per receive and messages per send syscall (1 in single mode; in uring
-    /// mode, completions taken per receive and requests per send submission).
+    /// Datagram buffers per receive and messages per send syscall (1 in single mode).
     #[must_use]
     pub const fn batch_size(&self) -> usize {
         self.batch
@@ -198,7 +176,7 @@ impl UdpSocketState {
     /// # Errors
     /// `WouldBlock` when nothing is queued; other errors only for a broken socket.
     pub fn recv(&self, sock: UdpSockRef<'_>, batch: &mut RecvBatch) -> io::Result<RecvSummary> {
-        let batched = self.config.mode != IoMode::Single;
+        let batched = self.config.mode == IoMode::Batched;
         let max = if batched { self.batch } else { 1 };
         let received = loop {
             let (slots, meta) = batch.prepare(max);
@@ -267,7 +245,7 @@ impl UdpSocketState {
     /// # Errors
     /// `WouldBlock` when nothing was finished; other errors only for a broken socket.
     pub fn send(&self, sock: UdpSockRef<'_>, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
-        let batched = self.config.mode != IoMode::Single;
+        let batched = self.config.mode == IoMode::Batched;
         self.policy.send(&self.counters, transmits, |messages| {
             sys::send(&self.platform, sock, messages, batched)
         })

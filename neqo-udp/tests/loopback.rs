@@ -1,4 +1,4 @@
-//! neqo-udp on real loopback sockets: IPv4 and IPv6, batched, single and (Linux) uring mode.
+//! neqo-udp on real loopback sockets: IPv4 and IPv6, batched and single mode.
 
 mod common;
 
@@ -7,9 +7,6 @@ use std::{collections::HashMap, net::SocketAddr};
 use common::*;
 use neqo_udp::{Config, EcnCodepoint, IoMode, Socket, Transmit};
 
-#[cfg(target_os = "linux")]
-const MODES: [IoMode; 3] = [IoMode::Batched, IoMode::Single, IoMode::Uring];
-#[cfg(not(target_os = "linux"))]
 const MODES: [IoMode; 2] = [IoMode::Batched, IoMode::Single];
 
 /// Sizes that cover tiny, typical QUIC, jumbo and near-maximum datagrams.
@@ -71,7 +68,7 @@ async fn burst_from_several_senders(ip: std::net::IpAddr, mode: IoMode) {
         );
         assert_eq!(senders[0].stats().tx.syscalls, u64::from(PER_SENDER));
     } else if cfg!(target_os = "linux") {
-        // Each send_all of 15 transmits is one sendmmsg (uring: one submission).
+        // Each send_all of 15 transmits is one sendmmsg.
         assert_eq!(senders[0].stats().tx.syscalls, 4);
     }
 }
@@ -91,16 +88,6 @@ async fn burst_v6_batched() {
 #[tokio::test]
 async fn burst_v6_single() {
     burst_from_several_senders(V6, IoMode::Single).await;
-}
-#[cfg(target_os = "linux")]
-#[tokio::test]
-async fn burst_v4_uring() {
-    burst_from_several_senders(V4, IoMode::Uring).await;
-}
-#[cfg(target_os = "linux")]
-#[tokio::test]
-async fn burst_v6_uring() {
-    burst_from_several_senders(V6, IoMode::Uring).await;
 }
 
 /// A GSO run of 11 segments (the last shorter) arrives as 11 datagrams, whatever the
@@ -135,7 +122,7 @@ async fn gso_runs_arrive_as_their_segments() {
                 let joined: Vec<u8> = got.iter().flat_map(|d| d.data.iter().copied()).collect();
                 assert_eq!(joined, run);
                 let rx = receiver.stats();
-                if gro && rx_mode != IoMode::Single {
+                if gro && rx_mode == IoMode::Batched {
                     assert!(receiver.gro_enabled());
                     assert_eq!(rx.rx.offload_segments, 11, "one GRO run");
                     assert_eq!(rx.rx.syscalls, 1);
@@ -352,7 +339,6 @@ async fn truncated_datagrams_are_dropped() {
             ])
             .await
             .unwrap();
-        // Uring mode: the kernel's buffers hold 64 KiB, the caller's slot is what cuts.
         let mut batch =
             neqo_udp::RecvBatch::with_slots(if mode == IoMode::Single { 1 } else { 4 }, 1024);
         let mut got = Vec::new();
@@ -690,14 +676,4 @@ async fn extra_receive_options_cost_no_control_message() {
         assert_eq!(stats.rx_dropped.total(), 0, "{ip}: {stats}");
         assert_eq!(stats.rx.offload_segments, 10, "{ip}: one GRO run");
     }
-}
-
-/// io_uring mode is Linux only: elsewhere binding in it fails, naming why, rather than
-/// running another mode under its name.
-#[cfg(not(target_os = "linux"))]
-#[tokio::test]
-async fn uring_mode_is_refused_off_linux() {
-    let err = Socket::bind(SocketAddr::new(V4, 0), config(IoMode::Uring)).unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::Unsupported);
-    assert!(err.to_string().contains("Linux"), "{err}");
 }

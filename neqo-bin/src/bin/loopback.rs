@@ -36,7 +36,7 @@ struct Args {
     /// Turn the driver's pacing off on both sides.
     #[arg(long)]
     no_pacing: bool,
-    /// Modes to run, in order: `batched`, `single`, `uring` (io_uring, Linux).
+    /// Modes to run, in order: `batched`, `single`.
     #[arg(long, value_delimiter = ',', default_value = "batched,single")]
     modes: Vec<String>,
     /// `hq-interop` (GET /N) or `perf` (download N).

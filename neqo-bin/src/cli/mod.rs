@@ -23,9 +23,7 @@ pub struct IoArgs {
     /// Datagrams per receive syscall and messages per send syscall (1 to 128).
     #[arg(long, default_value_t = neqo_udp::DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
-    /// `batched` (recvmmsg/sendmmsg with GSO/GRO), `single` (one datagram per syscall) or
-    /// `uring` (io_uring, Linux: multishot recvmsg into provided buffers and linked sendmsg,
-    /// with GSO/GRO; refused at start where the kernel lacks it).
+    /// `batched` (recvmmsg/sendmmsg with GSO/GRO) or `single` (one datagram per syscall).
     #[arg(long, default_value = "batched", value_parser = parse_io)]
     pub io: IoMode,
     /// Do not use UDP GSO.

@@ -43,12 +43,6 @@ pub(crate) fn new_platform(
     sock: UdpSockRef<'_>,
     config: &Config,
 ) -> io::Result<(Platform, Capabilities)> {
-    if config.mode == crate::IoMode::Uring {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "io_uring mode (IoMode::Uring) needs Linux",
-        ));
-    }
     if sock.with_socket2(|s| s.peer_addr().is_ok()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

@@ -229,13 +229,6 @@ pub(super) fn curve(
         return 1;
     }
     for &io in io_modes {
-        if io == "uring" && !cfg!(target_os = "linux") {
-            let _ = writeln!(
-                out,
-                "(neqo-server --io uring skipped: io_uring is Linux-only)\n"
-            );
-            continue;
-        }
         for &w in workers {
             servers.push(Entry {
                 server: Impl::Neqo,

@@ -10,7 +10,7 @@
 //!
 //! `cargo run --release -p benches --bin compare -- [--runs N] [--bytes B] [--no-build]`
 //!
-//! With `--curve [--concurrency 1,10,100,1000] [--workers 1,2] [--io batched,uring]` it runs
+//! With `--curve [--concurrency 1,10,100,1000] [--workers 1,2] [--io batched,single]` it runs
 //! the many-connection curve instead (`curve.rs`): the same load from `neqo-client
 //! --concurrency C` against neqo-server (at each worker count and I/O mode) and the msquic
 //! server, server CPU per GB, Gbit/s, latency and memory for each C.
@@ -150,8 +150,6 @@ const PAIRS: &[Pair] = &[
     quic(Impl::Neqo, Impl::Neqo, "batched", false),
     quic(Impl::Neqo, Impl::Neqo, "single", true),
     quic(Impl::Neqo, Impl::Neqo, "single", false),
-    quic(Impl::Neqo, Impl::Neqo, "uring", true),
-    quic(Impl::Neqo, Impl::Neqo, "uring", false),
     quic(Impl::Msquic, Impl::Msquic, "batched", true),
     quic(Impl::Neqo, Impl::Msquic, "batched", true),
     quic(Impl::Neqo, Impl::Msquic, "batched", false),
@@ -205,15 +203,14 @@ fn parse_workers(v: &str) -> Result<Vec<Option<usize>>, String> {
         .collect()
 }
 
-/// `--io batched,uring`: neqo-server's I/O modes on the curve.
+/// `--io batched,single`: neqo-server's I/O modes on the curve.
 fn parse_io_modes(v: &str) -> Result<Vec<&'static str>, String> {
     v.split(',')
         .map(|m| match m.trim() {
             "batched" => Ok("batched"),
             "single" => Ok("single"),
-            "uring" => Ok("uring"),
             other => Err(format!(
-                "--io: expected batched, single or uring each, got {other:?}"
+                "--io: expected batched or single each, got {other:?}"
             )),
         })
         .collect()
@@ -588,11 +585,6 @@ fn main() -> ExitCode {
 
 /// Why `pair` cannot run, if it cannot.
 fn missing(peers: &Peers, pair: &Pair) -> Option<String> {
-    if let Pair::Quic { io: "uring", .. } = pair
-        && !cfg!(target_os = "linux")
-    {
-        return Some("io_uring is Linux-only".to_owned());
-    }
     let needs = [
         (pair.uses(Impl::Neqo), &peers.neqo_missing),
         (pair.uses(Impl::Msquic), &peers.msquic_missing),
@@ -757,16 +749,11 @@ mod tests {
         }
         let no_tcp = peers(true, true, false);
         for pair in PAIRS {
-            let uring_elsewhere =
-                matches!(pair, Pair::Quic { io: "uring", .. }) && !cfg!(target_os = "linux");
-            let expected = if matches!(pair, Pair::TcpTls) {
-                Some("no tcp-tls")
-            } else if uring_elsewhere {
-                Some("io_uring is Linux-only")
-            } else {
-                None
-            };
-            assert_eq!(missing(&no_tcp, pair).as_deref(), expected, "{pair:?}");
+            assert_eq!(
+                missing(&no_tcp, pair).as_deref(),
+                matches!(pair, Pair::TcpTls).then_some("no tcp-tls"),
+                "{pair:?}"
+            );
         }
         let no_msquic = peers(true, false, true);
         assert_eq!(
@@ -781,9 +768,11 @@ mod tests {
     #[test]
     fn curve_io_modes_parse() {
         assert_eq!(
-            parse_io_modes("batched,uring"),
-            Ok(vec!["batched", "uring"])
+            parse_io_modes("batched,single"),
+            Ok(vec!["batched", "single"])
         );
+        // io_uring was removed (docs/io_uring.md).
+        assert!(parse_io_modes("uring").unwrap_err().contains("\"uring\""));
         assert_eq!(parse_io_modes(" single "), Ok(vec!["single"]));
         assert!(
             parse_io_modes("batched,fast")

@@ -1,11 +1,10 @@
-//! Linux: `recvmmsg`/`sendmmsg` (or `recvmsg`/`sendmsg` in single mode, or io_uring's
-//! multishot `recvmsg` and linked `sendmsg` in uring mode) with per-message control messages:
-//! `UDP_SEGMENT` (GSO), `UDP_GRO`, `IP_TOS`/`IPV6_TCLASS` (ECN), `IP_PKTINFO`/`IPV6_PKTINFO`
-//! (local address), `SO_RXQ_OVFL` (kernel drops).
+//! Linux: `recvmmsg`/`sendmmsg` (or `recvmsg`/`sendmsg` in single mode) with per-message
+//! control messages: `UDP_SEGMENT` (GSO), `UDP_GRO`, `IP_TOS`/`IPV6_TCLASS` (ECN),
+//! `IP_PKTINFO`/`IPV6_PKTINFO` (local address), `SO_RXQ_OVFL` (kernel drops).
 //!
 //! Everything unsafe in the crate is in this module: socket options here, the syscalls in
 //! `msg`, control messages and addresses in `cmsg`, the `SO_REUSEPORT` steering program in
-//! `reuseport`, the rings of uring mode in `uring`.
+//! `reuseport`.
 //!
 //! ICMP errors are not asked for (`IP_RECVERR` stays off): on an unconnected socket the
 //! kernel then never turns one into a pending socket error, so an off-path attacker's
@@ -18,7 +17,6 @@
 mod cmsg;
 mod msg;
 mod reuseport;
-mod uring;
 
 use std::{
     io, mem,
@@ -31,11 +29,7 @@ use bytes::BytesMut;
 pub(crate) use reuseport::{attach_cid_steering, set_reuse_port};
 
 use super::{Capabilities, Received, UdpSockRef};
-use crate::{
-    config::{Config, IoMode},
-    recv::SlotMeta,
-    transmit::Transmit,
-};
+use crate::{config::Config, recv::SlotMeta, transmit::Transmit};
 
 /// Most segments one GSO send may carry (the kernel's `UDP_MAX_SEGMENTS` on every kernel
 /// since GSO was added; newer ones allow 128).
@@ -193,49 +187,26 @@ pub(crate) fn kernel_drops(sock: UdpSockRef<'_>) -> io::Result<u64> {
     Ok(u64::from(info[libc::SK_MEMINFO_DROPS as usize]))
 }
 
-/// Per-socket state: the rings in io_uring mode, nothing otherwise.
+/// Linux keeps no per-socket platform state.
 #[derive(Debug)]
-pub(crate) struct Platform {
-    uring: Option<uring::Uring>,
-}
+pub(crate) struct Platform;
 
 pub(crate) fn new_platform(
     sock: UdpSockRef<'_>,
     config: &Config,
 ) -> io::Result<(Platform, Capabilities)> {
     let caps = configure(sock, config.wants_gso(), config.wants_gro())?;
-    let uring = if config.mode == IoMode::Uring {
-        Some(uring::Uring::new(sock.fd, config.effective_batch_size())?)
-    } else {
-        None
-    };
-    Ok((Platform { uring }, caps))
-}
-
-/// In io_uring mode, the descriptor whose readability is the socket's: the receive ring's.
-pub(crate) fn uring_fd(p: &Platform) -> Option<BorrowedFd<'_>> {
-    p.uring.as_ref().map(uring::Uring::fd)
-}
-
-#[cfg(feature = "tokio")]
-pub(crate) use uring::register_readiness;
-
-/// In io_uring mode, how often the multishot receive was armed again, and how many of its
-/// ends were for want of buffers.
-pub(crate) fn uring_rearms(p: &Platform) -> Option<(u64, u64)> {
-    p.uring.as_ref().map(uring::Uring::rearms)
+    Ok((Platform, caps))
 }
 
 pub(crate) fn recv(
-    p: &Platform,
+    _p: &Platform,
     sock: UdpSockRef<'_>,
     slots: &mut [BytesMut],
     meta: &mut [SlotMeta],
     batched: bool,
 ) -> io::Result<Received> {
-    if let Some(u) = &p.uring {
-        u.recv(sock.fd, slots, meta)
-    } else if batched {
+    if batched {
         msg::recv_batch(sock.fd, slots, meta)
     } else {
         msg::recv_single(sock.fd, &mut slots[0], &mut meta[0])
@@ -243,18 +214,11 @@ pub(crate) fn recv(
 }
 
 pub(crate) fn send(
-    p: &Platform,
+    _p: &Platform,
     sock: UdpSockRef<'_>,
     messages: &[Transmit<'_>],
     batched: bool,
 ) -> io::Result<usize> {
-    if let Some(u) = &p.uring {
-        return if messages.is_empty() {
-            Ok(0)
-        } else {
-            u.send(sock.fd, messages)
-        };
-    }
     match messages {
         [] => Ok(0),
         // One message: sendmsg, whatever the mode (sendmmsg would only add its loop).

@@ -15,35 +15,6 @@ use socket2::SockAddr;
 use super::cmsg::{self, CmsgBuf, RECV_CMSG_LEN, SEND_CMSG_LEN, Written};
 use crate::{config::MAX_BATCH_SIZE, recv::SlotMeta, sys::Received, transmit::Transmit};
 
-/// What the headers of one send call point at, slot by slot: each message's iovec,
-/// destination and control messages. A call fills only the slots it uses; the headers filled
-/// from it point into it, so it must stay where it is (a local of the call) while they are
-/// in use.
-pub(super) struct SendScratch {
-    iovs: [MaybeUninit<libc::iovec>; MAX_BATCH_SIZE],
-    names: [MaybeUninit<SockAddr>; MAX_BATCH_SIZE],
-    ctrls: [MaybeUninit<CmsgBuf<SEND_CMSG_LEN>>; MAX_BATCH_SIZE],
-}
-
-impl SendScratch {
-    pub(super) const fn new() -> Self {
-        Self {
-            iovs: [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE],
-            names: [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE],
-            ctrls: [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE],
-        }
-    }
-
-    /// Fills `hdr` (zeroed) for sending `t`, pointing at slot `i` (below `MAX_BATCH_SIZE`).
-    pub(super) fn prepare(&mut self, i: usize, t: &Transmit<'_>, hdr: &mut libc::msghdr) {
-        // SAFETY: all-zero is a valid iovec.
-        let iov = self.iovs[i].write(unsafe { mem::zeroed() });
-        let name = self.names[i].write(SockAddr::from(t.destination));
-        let ctrl = self.ctrls[i].write(CmsgBuf([0u8; SEND_CMSG_LEN]));
-        prepare_send(t, hdr, iov, name, ctrl);
-    }
-}
-
 /// Fills `hdr` for sending `t`, pointing at `name`, `iov` and `ctrl`.
 fn prepare_send(
     t: &Transmit<'_>,
@@ -91,16 +62,24 @@ pub(super) fn send_batch(fd: BorrowedFd<'_>, messages: &[Transmit<'_>]) -> io::R
     }
     let mut hdrs: [MaybeUninit<libc::mmsghdr>; MAX_BATCH_SIZE] =
         [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE];
-    let mut scratch = SendScratch::new();
+    let mut iovs: [MaybeUninit<libc::iovec>; MAX_BATCH_SIZE] =
+        [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE];
+    let mut names: [MaybeUninit<SockAddr>; MAX_BATCH_SIZE] =
+        [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE];
+    let mut ctrls: [MaybeUninit<CmsgBuf<SEND_CMSG_LEN>>; MAX_BATCH_SIZE] =
+        [const { MaybeUninit::uninit() }; MAX_BATCH_SIZE];
     for (i, t) in messages[..n].iter().enumerate() {
-        // SAFETY: all-zero is a valid mmsghdr.
+        // SAFETY: all-zero is a valid mmsghdr and iovec.
         let hdr = hdrs[i].write(unsafe { mem::zeroed() });
-        scratch.prepare(i, t, &mut hdr.msg_hdr);
+        // SAFETY: as above.
+        let iov = iovs[i].write(unsafe { mem::zeroed() });
+        let name = names[i].write(SockAddr::from(t.destination));
+        let ctrl = ctrls[i].write(CmsgBuf([0u8; SEND_CMSG_LEN]));
+        prepare_send(t, &mut hdr.msg_hdr, iov, name, ctrl);
     }
     // SAFETY: the first `n` headers were initialised above and point at initialised iovecs,
-    // names and control buffers in `scratch` (in this frame, not moved since) and at the
-    // messages' contents; all outlive the call, and the kernel reads `n` headers and writes
-    // only their `msg_len`.
+    // names and control buffers in this frame and at the messages' contents; all outlive the
+    // call, and the kernel reads `n` headers and writes only their `msg_len`.
     let rc = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
