@@ -11,10 +11,15 @@
 //! | a broken socket (`EBADF`, `ENOTSOCK`, `EFAULT`) | return the error |
 //! | anything else, the first time | retry at once: it may be a pending error of an earlier datagram, which this failure consumed |
 //! | the same error again | the piece's own: drop it, counted per datagram by reason |
-//! | `EIO`/`EINVAL` again on a GSO run | resend that run segment by segment; if a segment then goes out, GSO was at fault and is off for the socket |
+//! | `EIO`/`EINVAL` again on a GSO run | resend that run segment by segment; if a full-size segment then goes out, GSO was at fault and is off for the socket |
+//! | never the same error twice in a row, [`MAX_FAILURES`] times | a GSO run that met `EIO`/`EINVAL` among them: resend it segment by segment, as above; anything else: drop it, counted under the last error's reason |
 //!
-//! A piece that keeps meeting different errors is dropped after [`MAX_FAILURES`] in a row,
-//! so a send always ends.
+//! The failure bound is there so that a send always ends. A retry at once meets at most one
+//! pending error (the kernel keeps one and clears it when it reports it), so of two failures
+//! in a row at least one is the piece's own; but pending errors arriving between the retries
+//! can alternate with it, and which of two alternating errors is the piece's own cannot be
+//! told. Splitting a run costs only syscalls (each segment then goes out or fails on its
+//! own), so a run is split whenever either may have been GSO's fault.
 
 use std::{
     io,
@@ -137,6 +142,8 @@ impl Cursor {
 struct Failures {
     count: u32,
     last: Option<Class>,
+    /// Whether any of them may have been GSO's fault: one of them may be the piece's own.
+    gso_suspect: bool,
 }
 
 impl SendPolicy {
@@ -210,12 +217,20 @@ impl SendPolicy {
                     Class::Fatal => return Err(e),
                     class @ Class::Failed { drop, gso_suspect } => {
                         failures.count += 1;
+                        failures.gso_suspect |= gso_suspect;
                         let repeated = failures.last == Some(class);
                         failures.last = Some(class);
                         if failures.count < MAX_FAILURES && !repeated {
                             counters.event(Event::Retried);
                             continue;
                         }
+                        // The same error twice in a row is the piece's own. At the bound
+                        // with errors alternating, any of them may be (see the module docs).
+                        let gso_suspect = if repeated {
+                            gso_suspect
+                        } else {
+                            failures.gso_suspect
+                        };
                         let head = &pieces[0];
                         if gso_suspect && head.datagrams() > 1 && split.is_none() {
                             tracing::debug!("GSO run to {} refused ({e})", head.destination);

@@ -237,10 +237,13 @@ impl UdpSocketState {
     /// | anything else, once | retry at once: it may be a pending error of an earlier datagram, which this failure consumed |
     /// | the same error twice in a row | the message's own: drop its datagrams, counted in [`Stats::tx_dropped`](crate::Stats::tx_dropped) by reason |
     /// | `EIO`/`EINVAL` twice on a GSO run | resend the run segment by segment; only if a full-size segment then goes out was GSO at fault, and GSO is off for the socket from then on |
+    /// | never the same error twice in a row, eight times | a GSO run that met `EIO`/`EINVAL` among them: resend it segment by segment, as above; anything else: drop it, counted under the last error's reason |
     ///
-    /// A message that meets a different error every time is dropped after eight, so a send
-    /// always ends. Every datagram handed in is sent, dropped and counted, or left for the
-    /// caller: never lost silently, never sent twice.
+    /// The bound of eight is there so that a send always ends: pending errors arriving
+    /// between the retries may keep a message's own error from coming twice in a row, and a
+    /// GSO run is then split rather than dropped, as its own error may have been GSO's. Every
+    /// datagram handed in is sent, dropped and counted, or left for the caller: never lost
+    /// silently, never sent twice.
     ///
     /// # Errors
     /// `WouldBlock` when nothing was finished; other errors only for a broken socket.

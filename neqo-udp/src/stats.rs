@@ -74,7 +74,8 @@ macro_rules! counters {
 
 counters! {
     /// Datagrams a send dropped, by the error the kernel gave for them twice in a row (once
-    /// could have been an earlier datagram's pending error; see the crate's send policy).
+    /// could have been an earlier datagram's pending error; see the crate's send policy), or
+    /// by the last of eight errors in a row, none the same as the one before.
     TxDropped / LiveTxDropped / TxDrop {
         /// `EMSGSIZE`: too big for the path or the device (e.g. a PMTU probe).
         msg_size = MsgSize,

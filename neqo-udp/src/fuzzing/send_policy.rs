@@ -39,6 +39,11 @@ enum Step {
     /// `EAGAIN`.
     Full,
     /// A pending error of an earlier datagram: fails this call once, whatever it carries.
+    /// More of them than a kernel could make, on purpose: a kernel keeps one (`sk_err`), set
+    /// by an ICMP error answering a datagram already sent (and on Linux never for our
+    /// unconnected sockets with `IP_RECVERR` off), so the calls of a send before anything
+    /// went out could meet one at most, where this script may hold many. The policy relies
+    /// only on a retry at once meeting no second one, and that is all this kernel keeps to.
     Pending(i32),
 }
 
@@ -239,5 +244,24 @@ mod tests {
             let input: Vec<u8> = (0..(next() % 400)).map(|_| next() as u8).collect();
             send_policy(&input);
         }
+    }
+
+    /// The input a 180-second run of the `send_policy` target crashed on: batch 1, GSO on and
+    /// broken, a run of four 1211-byte segments first, and a script in which a pending
+    /// `ECONNREFUSED` comes between every two calls. The run's own `EIO` never came twice in
+    /// a row, so the policy gave up after `MAX_FAILURES` and dropped all four segments as
+    /// unreachable instead of sending them one by one.
+    const GSO_RUN_AMONG_PENDING_ERRORS: [u8; 66] = [
+        0x07, 0x00, 0x0c, 0x00, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, //
+        0x8a, 0x8b, 0x8c, 0x8d, 0x8e, 0x8f, 0x90, 0x91, 0x92, 0x93, 0x94, 0x95, //
+        0x96, 0x97, 0x98, 0x99, 0x9a, 0x9b, 0x9c, 0x9d, 0x9e, 0x9f, 0xa0, 0xa1, //
+        0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, //
+        0xae, 0xaf, 0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7, 0xb8, 0xb9, //
+        0xba, 0xbb, 0xbc, 0xbd, 0xf4, 0x18,
+    ];
+
+    #[test]
+    fn a_broken_gso_run_among_pending_errors_is_not_dropped() {
+        send_policy(&GSO_RUN_AMONG_PENDING_ERRORS);
     }
 }

@@ -548,3 +548,99 @@ fn a_short_last_segment_going_out_proves_nothing() {
     assert_eq!(h.stats().tx_dropped.msg_size, 2);
     assert_eq!(h.policy.gso_segments(), 64, "GSO was not at fault");
 }
+
+/// The `send_policy` fuzz target's crash, as a kernel script: a GSO run on a device that
+/// cannot checksum it (`EIO` every time, its own), with a pending `ECONNREFUSED` met between
+/// every two of its tries. Its own error never comes twice in a row; at the failure bound
+/// the run must be sent segment by segment, as after `EIO` twice, not dropped as unreachable.
+#[test]
+fn a_gso_run_among_alternating_pending_errors_is_split_not_dropped() {
+    let run: Vec<u8> = (0..4439).map(|i| (i % 251) as u8).collect();
+    let pending = Err(libc::ECONNREFUSED);
+    // `Ok(n)` lets the run meet its own error; `Err` is a pending one, consumed at once.
+    let script = [
+        Ok(2),
+        pending,
+        Ok(1),
+        pending,
+        Ok(6),
+        pending,
+        Ok(4),
+        pending,
+    ]
+    .to_vec();
+    assert_eq!(script.len(), MAX_FAILURES as usize);
+    let kernel = FakeKernel::new(script).failing(|m| m.segment_size.map(|_| libc::EIO));
+    let h = Harness::new(1, 64, kernel);
+    assert_eq!(h.send(&[transmit(&run, Some(1211))]).unwrap(), all(1));
+    assert_eq!(
+        h.sent(),
+        run.chunks(1211).map(<[u8]>::to_vec).collect::<Vec<_>>(),
+        "every segment sent, in order"
+    );
+    let s = h.stats();
+    assert_eq!(s.tx_dropped.total(), 0, "nothing dropped: {s}");
+    assert_eq!(s.events.retried, u64::from(MAX_FAILURES) - 1);
+    assert_eq!(s.events.gso_fallbacks, 1);
+    assert_eq!(h.policy.gso_segments(), 1, "GSO was at fault: off");
+}
+
+/// The same with the pending errors coming as a kernel would make them: each the answer
+/// (an ICMP port unreachable) to one datagram already sent, arriving while the run is
+/// retried. Datagrams sent before the run are finished; the run is split, not dropped.
+#[test]
+fn pending_errors_of_earlier_datagrams_do_not_cost_a_gso_run() {
+    let lone: Vec<Vec<u8>> = (0..4).map(|i| datagram(i, 100)).collect();
+    let run: Vec<u8> = (0..3000).map(|i| (i % 251) as u8).collect();
+    let mut ts: Vec<_> = lone.iter().map(|d| transmit(d, None)).collect();
+    ts.push(transmit(&run, Some(1000)));
+    let pending = Err(libc::ECONNREFUSED);
+    let mut script = vec![Ok(1); 4];
+    script.extend([
+        Ok(1),
+        pending,
+        Ok(1),
+        pending,
+        Ok(1),
+        pending,
+        Ok(1),
+        pending,
+    ]);
+    let kernel = FakeKernel::new(script).failing(|m| m.segment_size.map(|_| libc::EIO));
+    let h = Harness::new(1, 64, kernel);
+    assert_eq!(h.send(&ts).unwrap(), all(5));
+    let mut expected = lone.clone();
+    expected.extend(run.chunks(1000).map(<[u8]>::to_vec));
+    assert_eq!(h.sent(), expected);
+    assert_eq!(h.stats().tx_dropped.total(), 0);
+    assert_eq!(h.policy.gso_segments(), 1);
+}
+
+/// At the bound, only a GSO-suspect error among the failures earns a GSO run the split: a
+/// run refused for its destination (`EACCES`, its own) among pending `ECONNREFUSED`s is
+/// dropped whole, under the last error's reason, and GSO stays on.
+#[test]
+fn alternating_errors_none_gsos_drop_the_run_at_the_bound() {
+    let run = vec![6u8; 3000];
+    let pending = Err(libc::ECONNREFUSED);
+    let script = [
+        Ok(1),
+        pending,
+        Ok(1),
+        pending,
+        Ok(1),
+        pending,
+        Ok(1),
+        pending,
+    ]
+    .to_vec();
+    let kernel = FakeKernel::new(script).failing(|_| Some(libc::EACCES));
+    let h = Harness::new(1, 64, kernel);
+    assert_eq!(h.send(&[transmit(&run, Some(1000))]).unwrap(), all(1));
+    assert!(h.sent().is_empty());
+    let s = h.stats();
+    assert_eq!(s.tx_dropped.unreachable, 3, "the last error's reason: {s}");
+    assert_eq!(s.events.gso_fallbacks, 0);
+    assert_eq!(*h.kernel.calls.borrow(), MAX_FAILURES as usize);
+    assert_eq!(h.policy.gso_segments(), 64);
+}
