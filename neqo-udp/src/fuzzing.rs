@@ -114,6 +114,35 @@ mod tests {
         }
     }
 
+    /// The inputs checked in under `fuzz/corpus/<target>/` (seeds and past crashes), so that
+    /// the unit tests replay them without cargo-fuzz. Outside the repository (a packaged
+    /// crate has no `fuzz/`) there are none; inside it, an empty or missing corpus is an error.
+    /// (Unix only: its callers' targets are.)
+    #[cfg(unix)]
+    pub(super) fn corpus(target: &str) -> Vec<Vec<u8>> {
+        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+        if !fuzz.is_dir() {
+            eprintln!("no {}: corpus of {target} not replayed", fuzz.display());
+            return Vec::new();
+        }
+        let dir = fuzz.join("corpus").join(target);
+        let inputs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
+            .collect();
+        assert!(!inputs.is_empty(), "{} is empty", dir.display());
+        inputs
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    #[cfg_attr(miri, ignore = "reads files")]
+    fn the_checked_in_cmsg_corpus_decodes() {
+        for input in corpus("cmsg_decode") {
+            let _ = decode_control(&input);
+        }
+    }
+
     /// A small deterministic stand-in for the fuzzers, run with the unit tests.
     #[test]
     fn random_inputs_keep_the_invariants() {

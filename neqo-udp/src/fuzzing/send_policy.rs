@@ -234,7 +234,10 @@ pub fn send_policy(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{super::tests::xorshift, send_policy};
+    use super::{
+        super::tests::{corpus, xorshift},
+        send_policy,
+    };
 
     /// A small deterministic stand-in for the fuzzer, run with the unit tests.
     #[test]
@@ -246,11 +249,12 @@ mod tests {
         }
     }
 
-    /// The input a 180-second run of the `send_policy` target crashed on: batch 1, GSO on and
-    /// broken, a run of four 1211-byte segments first, and a script in which a pending
-    /// `ECONNREFUSED` comes between every two calls. The run's own `EIO` never came twice in
-    /// a row, so the policy gave up after `MAX_FAILURES` and dropped all four segments as
-    /// unreachable instead of sending them one by one.
+    /// The input a 180-second run of the `send_policy` target crashed on (also in
+    /// `fuzz/corpus/send_policy/`): batch 1, GSO on and broken, a run of four 1211-byte
+    /// segments first, and a script in which a pending `ECONNREFUSED` comes between every two
+    /// calls. The run's own `EIO` never came twice in a row, so the policy gave up after
+    /// `MAX_FAILURES` and dropped all four segments as unreachable instead of sending them
+    /// one by one.
     const GSO_RUN_AMONG_PENDING_ERRORS: [u8; 66] = [
         0x07, 0x00, 0x0c, 0x00, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, //
         0x8a, 0x8b, 0x8c, 0x8d, 0x8e, 0x8f, 0x90, 0x91, 0x92, 0x93, 0x94, 0x95, //
@@ -263,5 +267,20 @@ mod tests {
     #[test]
     fn a_broken_gso_run_among_pending_errors_is_not_dropped() {
         send_policy(&GSO_RUN_AMONG_PENDING_ERRORS);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "reads files")]
+    fn the_checked_in_corpus_keeps_the_invariants() {
+        let inputs = corpus("send_policy");
+        for input in &inputs {
+            send_policy(input);
+        }
+        if !inputs.is_empty() {
+            assert!(
+                inputs.contains(&GSO_RUN_AMONG_PENDING_ERRORS.to_vec()),
+                "the crash input is kept in the corpus"
+            );
+        }
     }
 }
