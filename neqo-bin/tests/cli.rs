@@ -1,6 +1,8 @@
 //! `neqo-server` and `neqo-client` as real processes over loopback: transfers, JSON reports,
 //! clean shutdown and the command-line errors.
 
+#[cfg(unix)]
+use std::os::unix::fs::PermissionsExt as _;
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -361,6 +363,9 @@ fn bad_settings_are_refused_at_start() {
     let long_alpn = "a".repeat(300);
     let short_key = tmp("short-key");
     std::fs::write(&short_key, [1u8; 16]).unwrap();
+    // Owner-only, so that the size is what is refused, not the mode.
+    #[cfg(unix)]
+    std::fs::set_permissions(&short_key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let short_key = short_key.to_str().unwrap();
     let max_plus_one = (neqo_udp::MAX_BATCH_SIZE + 1).to_string();
     let common: &[(&[&str], &str)] = &[
@@ -496,6 +501,43 @@ fn refused_settings_create_no_files() {
     ]);
     assert!(!out.success() && !out.killed, "{}", out.ending());
     assert!(!json.exists());
+}
+
+/// A `--key-file` others can read, or a symbolic link (here to a good key file), is refused at
+/// start with one line saying what to do: whoever knows the secret forges the server's resets
+/// and Retry tokens.
+#[cfg(unix)]
+#[test]
+fn unsafe_key_files_are_refused_at_start() {
+    let good = tmp("good.key");
+    let readable = tmp("readable.key");
+    let link = tmp("link.key");
+    for p in [&good, &readable, &link] {
+        let _ = std::fs::remove_file(p);
+    }
+    std::fs::write(&good, [1u8; 32]).unwrap();
+    std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&readable, [1u8; 32]).unwrap();
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    for (path, why) in [
+        (&readable, "mode 0644 lets other users read it; chmod 600"),
+        (&link, "is a symbolic link; give the file itself"),
+    ] {
+        let path = path.to_str().unwrap();
+        let out = server_run(&["--listen", "127.0.0.1:0", "--key-file", path]);
+        let what = format!("{path}: {}; stderr: {}", out.ending(), out.stderr);
+        assert!(!out.killed, "{what}");
+        assert!(matches!(out.code, Some(c) if c != 0), "{what}");
+        assert_eq!(
+            out.stderr.trim_end(),
+            format!("neqo-server: error: --key-file {path}: {why}"),
+            "{what}"
+        );
+        assert!(!out.stdout.contains("listening"), "{what}");
+    }
+    // The good file itself is accepted.
+    terminate(start_server(&["--key-file", good.to_str().unwrap()]));
 }
 
 /// The smallest or largest accepted values work: a server with a half-second idle timeout,
