@@ -9,8 +9,11 @@
 //! of the loss nor retransmits. What its streams accepted is what the server was willing to
 //! buffer.
 
+#[path = "support/raw_client.rs"]
+mod raw_client;
+
 use std::{
-    net::{SocketAddr, UdpSocket},
+    net::{IpAddr, Ipv4Addr},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -19,40 +22,23 @@ use neqo_bin::{
     server::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle},
     tls::{self, ALPN_HQ, TransportOptions, Trust},
 };
-use quinn_proto::{
-    ClientConfig, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Dir, Endpoint,
-    EndpointConfig, Event, congestion::CubicConfig,
-};
-
-/// A hang guard for the handshake, never a speed check.
-const DEADLINE: Duration = Duration::from_secs(20);
+use quinn_proto::{ClientConfig, ConnectionError, Dir, congestion::CubicConfig};
+use raw_client::RawClient;
 
 /// Streams each gap client uses: enough that their stream windows (16 MiB each at most)
 /// never limit it before the connection window does.
 const STREAMS: usize = 8;
 
-struct GapClient {
-    socket: UdpSocket,
-    server: SocketAddr,
-    endpoint: Endpoint,
-    ch: ConnectionHandle,
-    conn: Connection,
-    buf: Vec<u8>,
-}
+/// A client that leaves a gap at the start of each stream and fills the rest.
+struct GapClient(RawClient);
 
 impl GapClient {
-    /// Connects to `server` from loopback address `127.0.0.host` (each its own source to the
-    /// server's fair shares), in real time, every datagram delivered, until the handshake is
-    /// done.
+    /// Connects to `server` from loopback address `127.0.0.host`, each its own source to the
+    /// server's fair shares.
     ///
     /// # Errors
     /// The connection's end, if the server refuses it.
     fn connect(server: &ServerHandle, host: u8) -> Result<Self, ConnectionError> {
-        let socket = UdpSocket::bind(SocketAddr::from(([127, 0, 0, host], 0))).unwrap();
-        socket
-            .set_read_timeout(Some(Duration::from_millis(5)))
-            .unwrap();
-        let mut endpoint = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
         let crypto =
             tls::client_crypto(&Trust::Certs(server.certificate().to_vec()), ALPN_HQ).unwrap();
         let mut transport = TransportOptions::default().transport("gap").unwrap();
@@ -64,90 +50,8 @@ impl GapClient {
         transport.send_window(1 << 40);
         let mut config = ClientConfig::new(crypto);
         config.transport_config(Arc::new(transport));
-        let (ch, conn) = endpoint
-            .connect(Instant::now(), config, server.addr(), "localhost")
-            .unwrap();
-        let mut c = Self {
-            socket,
-            server: server.addr(),
-            endpoint,
-            ch,
-            conn,
-            buf: Vec::new(),
-        };
-        let limit = Instant::now() + DEADLINE;
-        let mut connected = false;
-        while !connected {
-            assert!(Instant::now() < limit, "no handshake within {DEADLINE:?}");
-            let now = Instant::now();
-            if c.conn.poll_timeout().is_some_and(|t| t <= now) {
-                c.conn.handle_timeout(now);
-            }
-            c.flush(now, true);
-            c.receive(now);
-            while let Some(e) = c.conn.poll() {
-                if let Event::ConnectionLost { reason } = &e {
-                    return Err(reason.clone());
-                }
-                connected |= matches!(e, Event::Connected);
-            }
-        }
-        // What the server sends right after the handshake (HANDSHAKE_DONE, and MAX_DATA
-        // raising the small window every connection is first told): until it goes quiet.
-        let mut quiet = Instant::now();
-        while quiet.elapsed() < Duration::from_millis(50) {
-            assert!(Instant::now() < limit, "the server never went quiet");
-            let now = Instant::now();
-            if c.receive(now) {
-                quiet = now;
-            }
-            c.flush(now, true);
-        }
-        Ok(c)
-    }
-
-    /// Sends (or, if `deliver` is false, drops) everything the connection has to send now.
-    /// Returns whether anything was produced.
-    fn flush(&mut self, now: Instant, deliver: bool) -> bool {
-        let mut any = false;
-        loop {
-            self.buf.clear();
-            let Some(t) = self.conn.poll_transmit(now, 1, &mut self.buf) else {
-                return any;
-            };
-            any = true;
-            if deliver {
-                self.socket
-                    .send_to(&self.buf[..t.size], self.server)
-                    .unwrap();
-            }
-        }
-    }
-
-    /// Takes one datagram from the server, if one comes within 5 ms; returns whether one did.
-    fn receive(&mut self, now: Instant) -> bool {
-        let mut data = [0u8; 65_536];
-        let Ok(n) = self.socket.recv(&mut data) else {
-            return false;
-        };
-        let mut response = Vec::new();
-        if let Some(DatagramEvent::ConnectionEvent(ch, event)) = self.endpoint.handle(
-            now,
-            self.server,
-            None,
-            None,
-            data[..n].into(),
-            &mut response,
-        ) {
-            assert_eq!(ch, self.ch);
-            self.conn.handle_event(event);
-            while let Some(e) = self.conn.poll_endpoint_events() {
-                if let Some(back) = self.endpoint.handle_event(ch, e) {
-                    self.conn.handle_event(back);
-                }
-            }
-        }
-        true
+        let local = IpAddr::V4(Ipv4Addr::new(127, 0, 0, host));
+        RawClient::connect(server.addr(), local, config).map(Self)
     }
 
     /// Leaves a one-byte gap at the start of [`STREAMS`] streams and fills them behind it as
@@ -156,17 +60,17 @@ impl GapClient {
         let mut now = Instant::now();
         let ids: Vec<_> = (0..STREAMS)
             .map(|_| {
-                let id = self.conn.streams().open(Dir::Bi).expect("stream credit");
-                self.conn.send_stream(id).write(b"G").unwrap();
+                let id = self.0.conn.streams().open(Dir::Bi).expect("stream credit");
+                self.0.conn.send_stream(id).write(b"G").unwrap();
                 id
             })
             .collect();
         // The datagrams carrying every stream's first byte never leave.
-        self.flush(now, false);
+        self.0.flush(now, false);
         let chunk = vec![0x55u8; 1 << 20];
         let mut taken = STREAMS as u64;
         for id in ids {
-            while let Ok(n) = self.conn.send_stream(id).write(&chunk) {
+            while let Ok(n) = self.0.conn.send_stream(id).write(&chunk) {
                 taken += n as u64;
             }
         }
@@ -174,7 +78,7 @@ impl GapClient {
         // retransmitted and the gaps stay open.
         let mut idle_rounds = 0;
         while idle_rounds < 100 {
-            if self.flush(now, true) {
+            if self.0.flush(now, true) {
                 idle_rounds = 0;
             } else {
                 idle_rounds += 1;

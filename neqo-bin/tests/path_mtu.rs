@@ -7,51 +7,19 @@
 //! namespace) and iproute2's `ip`; skipped otherwise.
 #![cfg(target_os = "linux")]
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
-use test_fixtures::{Server, run};
+use test_fixtures::{
+    Server,
+    netns::{Netns, is_root},
+    run,
+};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
 const CLIENT: &str = env!("CARGO_BIN_EXE_neqo-client");
 const LIMIT: Duration = Duration::from_secs(60);
 /// The transfer: long enough for the search's dozen probes, each waiting for its ACK.
 const BYTES: u64 = 64 << 20;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// A namespace of its own, deleted when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn with_loopback_mtu(mtu: u32) -> Self {
-        let ns = Self(format!("neqo-bin-mtu{mtu}-{}", std::process::id()));
-        ns.ip(&["netns", "add", &ns.0]);
-        ns.ip(&["-n", &ns.0, "link", "set", "lo", "mtu", &mtu.to_string()]);
-        ns.ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let st = Command::new("ip").args(args).status().expect("ip runs");
-        assert!(st.success(), "ip {args:?}: {st}");
-    }
-
-    /// `ip netns exec NS PROGRAM`: the program itself, in the namespace (ip execs it).
-    fn command(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0, program]);
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
 
 fn json_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("neqo-mtu-{}-{name}.json", std::process::id()))
@@ -101,7 +69,8 @@ fn discovery_reaches_what_the_path_carries_when_asked_and_1452_by_default() {
         return;
     }
     for link in [1500u32, 9000] {
-        let ns = Netns::with_loopback_mtu(link);
+        let ns = Netns::create(&format!("neqo-bin-mtu{link}")).unwrap();
+        ns.set_loopback_mtu(link).unwrap();
         let payload = u64::from(link) - 28;
         let (s, c) = discovered(&ns, &format!("{link}-max"), &["--max-mtu", "65527"]);
         for (side, m) in [("server", s), ("client", c)] {

@@ -252,7 +252,7 @@ fn a_full_send_buffer_under_icmp_errors_never_spins() {
             let attacker = {
                 let stop = Arc::clone(&stop);
                 std::thread::spawn(move || {
-                    enter(&path);
+                    enter(&path).expect("joining the namespace");
                     let raw = raw_sender(ip);
                     let mut sent = 0;
                     while !stop.load(Ordering::Relaxed) && sent < 20_000 {

@@ -1,5 +1,5 @@
 //! Helpers shared by the loopback tests.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 #[cfg(target_os = "linux")]
 pub mod netns;

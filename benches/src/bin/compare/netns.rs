@@ -5,8 +5,10 @@
 
 use std::{ffi::OsStr, process::Command, sync::OnceLock};
 
-/// The namespace the programs run in, once made.
-static NAMESPACE: OnceLock<String> = OnceLock::new();
+use test_fixtures::netns::Netns;
+
+/// The namespace the programs run in, once made; deleted by [`Link`]'s drop.
+static NAMESPACE: OnceLock<std::sync::Mutex<Option<Netns>>> = OnceLock::new();
 
 /// Link MTUs `--mtu` takes: what QUIC needs at least (1280 with IPv6's headers) to what a
 /// loopback device takes.
@@ -19,61 +21,36 @@ pub(super) struct Link;
 impl Link {
     /// Makes the namespace with its loopback at `mtu` bytes, up.
     pub(super) fn create(mtu: u32) -> Result<Self, String> {
-        let name = format!("compare-{}", std::process::id());
-        ip(&["netns", "add", &name])?;
-        let link = Self;
+        let ns = Netns::create("compare").map_err(|e| format!("--mtu: {e}"))?;
+        ns.set_loopback_mtu(mtu)
+            .map_err(|e| format!("--mtu: {e}"))?;
         NAMESPACE
-            .set(name.clone())
+            .set(std::sync::Mutex::new(Some(ns)))
             .map_err(|_| "--mtu: a namespace exists already".to_owned())?;
-        ip(&[
-            "-n",
-            &name,
-            "link",
-            "set",
-            "lo",
-            "mtu",
-            &mtu.to_string(),
-            "up",
-        ])?;
-        Ok(link)
+        Ok(Self)
     }
 }
 
 impl Drop for Link {
     fn drop(&mut self) {
-        if let Some(name) = NAMESPACE.get() {
-            let _ = ip(&["netns", "del", name]);
+        if let Some(ns) = NAMESPACE.get() {
+            drop(
+                ns.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take(),
+            );
         }
-    }
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("--mtu: running ip: {e} (iproute2 is needed)"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "--mtu: ip {}: {} (root is needed)",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
     }
 }
 
 /// A command for `program`: in the namespace with `--mtu`, else as it is.
 pub(super) fn command(program: impl AsRef<OsStr>) -> Command {
-    match NAMESPACE.get() {
-        Some(name) => {
-            let mut c = Command::new("ip");
-            // `ip netns exec` execs the program: its PID, signals and exit status are the
-            // program's own.
-            c.args(["netns", "exec", name]).arg(program);
-            c
-        }
-        None => Command::new(program),
+    let ns = NAMESPACE
+        .get()
+        .map(|ns| ns.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    match ns.as_deref() {
+        Some(Some(ns)) => ns.command(program),
+        _ => Command::new(program),
     }
 }
 
