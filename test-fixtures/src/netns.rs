@@ -94,23 +94,30 @@ impl Netns {
         ])
     }
 
-    /// Throttles only the IPv4 datagrams sent from UDP `port` to `rate`: a priority qdisc
-    /// on loopback whose first band (a token bucket) takes them, the rest passing
-    /// unshaped. A server on that port then finds its socket write-blocked while everything
-    /// sent to it arrives at full speed.
+    /// Throttles only the IPv4 datagrams sent from UDP `port` to `rate`: a hierarchical
+    /// token bucket on loopback whose first class takes them, the rest passing through a
+    /// class too fast to matter. Its queue is long enough that the sender's socket buffer
+    /// fills first, so a server on that port finds its socket write-blocked (`EAGAIN`, not a
+    /// drop) while everything sent to it arrives at full speed. (This kernel has neither
+    /// `prio` nor `fq`.)
     ///
     /// # Errors
     /// As `tc`.
     pub fn throttle_source_port(&self, port: u16, rate: &str) -> io::Result<()> {
-        // Every priority maps to band 2 (class 1:2), unshaped; the filter picks band 1.
-        let mut root = vec![
-            "qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio", "bands", "2", "priomap",
-        ];
-        root.extend(["1"; 16]);
-        self.tc(&root)?;
         self.tc(&[
-            "qdisc", "add", "dev", "lo", "parent", "1:1", "handle", "10:", "tbf", "rate", rate,
-            "burst", "16kb", "limit", "64kb",
+            "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "2", "r2q",
+            "100000",
+        ])?;
+        self.tc(&[
+            "class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate", rate,
+            "ceil", rate,
+        ])?;
+        self.tc(&[
+            "class", "add", "dev", "lo", "parent", "1:", "classid", "1:2", "htb", "rate", "100gbit",
+        ])?;
+        self.tc(&[
+            "qdisc", "add", "dev", "lo", "parent", "1:1", "handle", "10:", "pfifo", "limit",
+            "100000",
         ])?;
         let port = port.to_string();
         self.tc(&[

@@ -25,6 +25,9 @@ pub struct RawClient {
     /// The source connection ID of the server's latest long-header packet: the destination
     /// connection ID of this client's short-header packets.
     pub server_cid: Vec<u8>,
+    /// The source connection ID of this client's first packet: the destination connection
+    /// ID of the server's short-header packets.
+    pub client_cid: Vec<u8>,
     buf: Vec<u8>,
 }
 
@@ -56,6 +59,7 @@ impl RawClient {
             ch,
             conn,
             server_cid: Vec::new(),
+            client_cid: Vec::new(),
             buf: Vec::new(),
         };
         let limit = Instant::now() + HANDSHAKE_DEADLINE;
@@ -100,6 +104,11 @@ impl RawClient {
                 return any;
             };
             any = true;
+            if self.client_cid.is_empty()
+                && let Some(scid) = long_header_scid(&self.buf[..t.size])
+            {
+                self.client_cid = scid.to_vec();
+            }
             if deliver {
                 self.socket
                     .send_to(&self.buf[..t.size], self.server)
