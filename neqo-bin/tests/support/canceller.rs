@@ -35,8 +35,20 @@ const CANCELS: usize = 300;
 /// The error code the client cancels with, and the server must answer with.
 const CODE: VarInt = VarInt::from_u32(0x4e51);
 
-/// A response long enough to be in flight when it is cancelled.
-const LONG: &str = "/10000000";
+/// The length of a response the client cancels: longer than [`STREAM_WINDOW`], so that it is
+/// still being sent when it is cancelled.
+const LONG_LEN: u64 = 10_000_000;
+
+/// The client's stream receive window, which a cancelled response does not fit in. The client
+/// reads none of a response it stops, so the server cannot send all of one: it is still in the
+/// "Send" state when STOP_SENDING arrives, where RFC 9000 section 3.5 says it MUST answer with
+/// RESET_STREAM. With a window the whole response fits in (`TransportOptions`' 16 MiB), a
+/// client held off the CPU could let the server send the response up to its FIN before its
+/// STOP_SENDING arrived, and acknowledge all of it before the server acted on that: the stream
+/// was then done ("Data Recvd"), quinn-proto had freed it, the server's reset found it closed,
+/// and no RESET_STREAM was owed. The canceller waited for it until the idle timeout.
+const STREAM_WINDOW: u32 = 256 << 10;
+const _: () = assert!((STREAM_WINDOW as u64) < LONG_LEN);
 
 /// The request served whole after the cancellations.
 const FINAL_LEN: u64 = 200_000;
@@ -158,7 +170,7 @@ impl Canceller {
             let mut send = conn.send_stream(id);
             match self.how {
                 Cancel::StopSending => {
-                    let request = format!("GET {LONG}\r\n");
+                    let request = format!("GET /{LONG_LEN}\r\n");
                     send.write(request.as_bytes()).unwrap();
                     send.finish().unwrap();
                     self.awaiting_data = Some(id);
@@ -219,7 +231,8 @@ impl Canceller {
 
     /// The final response is in; done once the resets a `Reset` cancel waits for are too, and
     /// the server's RESET_STREAM for every cancel has arrived (the last cancel's may come
-    /// after the final response: the server answers both at once).
+    /// after the final response: the server answers both at once). Every cancel gets one: a
+    /// `StopSending` cancel's response cannot be sent whole ([`STREAM_WINDOW`]).
     fn finish(&mut self, conn: &mut Connection, now: Instant) {
         if self.result.is_none()
             && self.final_len > 0
@@ -258,8 +271,11 @@ impl Application for Canceller {
             }
             Event::ConnectionLost { reason } if self.result.is_none() => {
                 self.fail(format!(
-                    "connection lost after {} cancels: {reason}",
-                    self.cancelled
+                    "connection lost after {} cancels ({} RESET_STREAM frames of {CANCELS} \
+                     received, final response {} bytes): {reason}",
+                    self.cancelled,
+                    conn.stats().frame_rx.reset_stream,
+                    self.final_len
                 ));
             }
             _ => {}
@@ -270,7 +286,8 @@ impl Application for Canceller {
         if self.ch.is_none() {
             let crypto = tls::client_crypto(&self.trust, ALPN_HQ).unwrap();
             let mut config = quinn_proto::ClientConfig::new(crypto);
-            let transport = TransportOptions::default().transport("cancel").unwrap();
+            let mut transport = TransportOptions::default().transport("cancel").unwrap();
+            transport.stream_receive_window(VarInt::from_u32(STREAM_WINDOW));
             config.transport_config(Arc::new(transport));
             self.ch = Some(driver.connect(0, config, self.remote, "localhost").unwrap());
         }
