@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    congestion::HandshakeFloorFactory,
+    driver::congestion::HandshakeFloorFactory,
     tls_counters::{self, CountingServer, CountingStore},
 };
 use anyhow::{Context as _, bail};

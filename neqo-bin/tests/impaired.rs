@@ -26,7 +26,7 @@ use std::{
 use common::url;
 use neqo_bin::{
     client::{self, ClientConfig, ClientReport},
-    pacer::PacingTimer,
+    driver::pacer::PacingTimer,
     server::{ServerConfig, ServerHandle, ServerReport},
     tls::{TransportOptions, Trust},
 };
@@ -370,7 +370,7 @@ fn pacing_at_20ms_rtt_and_100mbit() {
             o.server.socket.tx.per_syscall
         );
         if pacing {
-            assert!(burst <= neqo_bin::pacer::BURST_DATAGRAMS as u64);
+            assert!(burst <= neqo_bin::driver::pacer::BURST_DATAGRAMS as u64);
         }
         #[cfg(target_os = "linux")]
         assert_eq!(
@@ -407,5 +407,5 @@ fn pacing_on_tokio_timers() {
         server.paced_waits > 0,
         "the pacer never held a connection back"
     );
-    assert!(server.max_transmit_datagrams <= neqo_bin::pacer::BURST_DATAGRAMS as u64);
+    assert!(server.max_transmit_datagrams <= neqo_bin::driver::pacer::BURST_DATAGRAMS as u64);
 }

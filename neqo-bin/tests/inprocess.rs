@@ -385,9 +385,9 @@ fn pacing_switch_bounds_bursts() {
         c.pacing = pacing;
         client::run(c).unwrap();
         let d = s.stop().unwrap().driver;
-        let burst = neqo_bin::pacer::BURST_DATAGRAMS as u64;
+        let burst = neqo_bin::driver::pacer::BURST_DATAGRAMS as u64;
         assert!(d.max_transmit_datagrams <= probe as u64, "{d:?}");
-        if !pacing && probe > neqo_bin::pacer::BURST_DATAGRAMS {
+        if !pacing && probe > neqo_bin::driver::pacer::BURST_DATAGRAMS {
             assert!(d.max_transmit_datagrams > burst, "{d:?}");
         }
     }

@@ -18,8 +18,8 @@ pub struct IoArgs {
     pub no_pacing: bool,
     /// What the pacer waits on: `precise` (a timerfd on Linux, tokio's timers elsewhere) or
     /// `tokio` (tokio's 1 ms timer grid, as on other platforms).
-    #[arg(long, value_enum, default_value_t = crate::pacer::PacingTimer::Precise)]
-    pub pacing_timer: crate::pacer::PacingTimer,
+    #[arg(long, value_enum, default_value_t = crate::driver::pacer::PacingTimer::Precise)]
+    pub pacing_timer: crate::driver::pacer::PacingTimer,
     /// Datagrams per receive syscall and messages per send syscall (1 to 128).
     #[arg(long, default_value_t = neqo_udp::DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,

@@ -66,7 +66,7 @@ pub struct ClientConfig {
     /// The driver paces.
     pub pacing: bool,
     /// What the driver's pacer waits on.
-    pub pacing_timer: crate::pacer::PacingTimer,
+    pub pacing_timer: crate::driver::pacer::PacingTimer,
     /// Show a progress bar on a terminal (for transfers longer than a second).
     pub progress: bool,
     /// The TLS 1.3 cipher suites to offer, in order.
@@ -97,7 +97,7 @@ impl Default for ClientConfig {
             },
             socket: client_socket(neqo_udp::Config::default()),
             pacing: true,
-            pacing_timer: crate::pacer::PacingTimer::default(),
+            pacing_timer: crate::driver::pacer::PacingTimer::default(),
             progress: false,
             cipher_suites: tls::CipherSuite::ALL.to_vec(),
             key_update: false,

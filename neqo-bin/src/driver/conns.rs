@@ -7,8 +7,8 @@ use std::{collections::VecDeque, time::Instant};
 
 use quinn_proto::{Connection, ConnectionHandle, Endpoint};
 
+use super::pacer::Pacer;
 use super::scheduler::{Slot, on_tick};
-use crate::pacer::Pacer;
 
 /// One connection and the driver's state for it.
 pub(super) struct Conn {

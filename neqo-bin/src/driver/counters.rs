@@ -30,7 +30,7 @@ pub struct DriverCounters {
     /// Wake-ups for a timer.
     pub timer_wakes: u64,
     /// The timer the pacer waits on; `None` with pacing off.
-    pub pacing_timer: Option<crate::pacer::PacingTimer>,
+    pub pacing_timer: Option<super::pacer::PacingTimer>,
     /// Datagrams queued for the sockets, by the ECN codepoint quinn-proto asked for.
     pub tx_ecn: EcnCounts,
     /// Datagrams received, by the ECN codepoint the socket reported.

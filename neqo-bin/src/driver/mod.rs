@@ -18,17 +18,22 @@
 //! Modules: `conns` (the connection table), `scheduler`, `rx`, `events`, `tx` (the send
 //! round), `datapath` (what a socket must offer), `channel` (a datapath fed by a dispatcher
 //! over a channel), `application` (what a protocol implements), `standalone`
-//! ([`run_client`]: a driver on a runtime of its own).
+//! ([`run_client`]: a driver on a runtime of its own), [`pacer`] and [`precise_timer`] (the
+//! driver's pacing and the timer it waits on), [`congestion`] (the controller every
+//! connection gets: `--cc`, with a floor through the handshake).
 //!
 //! A driver is built and run on one thread (its datapaths are registered with that thread's
 //! runtime); what crosses threads is configuration (`Arc<ServerConfig>`) and reports.
 
 mod application;
 mod channel;
+pub mod congestion;
 mod conns;
 mod counters;
 mod datapath;
 mod events;
+pub mod pacer;
+pub mod precise_timer;
 mod rx;
 pub mod scheduler;
 mod standalone;
@@ -58,9 +63,9 @@ use quinn_proto::{
 };
 pub use standalone::run_client;
 
-use crate::pacer::{PRECISE_WITHIN, PacingTimer, PreciseTimer};
 use conns::Connections;
 use datapath::Path;
+use pacer::{PRECISE_WITHIN, PacingTimer, PreciseTimer};
 use scheduler::Scheduler;
 
 /// How long a shutdown waits for a full socket to take the connections' closes before it

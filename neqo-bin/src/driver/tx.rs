@@ -4,8 +4,8 @@
 
 use std::{io, time::Instant};
 
+use super::pacer::{BURST_DATAGRAMS, Pacer};
 use super::{Driver, rx::header};
-use crate::pacer::{BURST_DATAGRAMS, Pacer};
 
 impl Driver {
     /// Polls ready connections for transmits and flushes them, until nothing more goes.

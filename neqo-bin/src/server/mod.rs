@@ -83,7 +83,7 @@ pub struct ServerConfig {
     /// The driver paces.
     pub pacing: bool,
     /// What the driver's pacer waits on.
-    pub pacing_timer: crate::pacer::PacingTimer,
+    pub pacing_timer: crate::driver::pacer::PacingTimer,
     /// Print stats to stderr this often.
     pub stats_interval: Option<Duration>,
     /// Worker threads, each with its own runtime, driver, endpoint and sockets (1 to
@@ -113,7 +113,7 @@ impl Default for ServerConfig {
             transport: TransportOptions::default(),
             socket: neqo_udp::Config::default(),
             pacing: true,
-            pacing_timer: crate::pacer::PacingTimer::default(),
+            pacing_timer: crate::driver::pacer::PacingTimer::default(),
             stats_interval: None,
             workers: 1,
             steering: Steering::Auto,

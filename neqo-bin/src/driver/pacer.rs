@@ -188,7 +188,7 @@ impl Pacer {
     }
 }
 
-pub use crate::precise_timer::PreciseTimer;
+pub use super::precise_timer::PreciseTimer;
 
 #[cfg(test)]
 mod tests {
