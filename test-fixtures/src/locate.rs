@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use crate::child::run;
+use neqo_process::run;
 
 /// `cargo build --release` arguments for `neqo-server`, `neqo-client` and `neqo-loopback`.
 pub const BUILD_NEQO_BINS: &[&str] = &["-p", "neqo-bin", "--bins"];

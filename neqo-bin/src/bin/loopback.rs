@@ -15,9 +15,9 @@ use neqo_bin::cli::{
     ClientArgs, ServerArgs, check_alpn, check_batch_size, check_stream_bytes, check_writable_file,
     client_main, init_logging, parse_size, server_main,
 };
+use neqo_process::{Measured, Server};
 use neqo_udp::IoMode;
 use serde_json::Value;
-use test_fixtures::{Measured, Server};
 
 /// How long the server may take to say where it listens.
 const SERVER_READY: Duration = Duration::from_secs(20);
@@ -191,7 +191,7 @@ fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row>
     }
     // A hang guard: a minute, plus the transfer at 100 Mbit/s.
     let limit = Duration::from_secs(60 + args.bytes / 12_500_000);
-    let client = test_fixtures::run(&mut client, limit).context("running the client");
+    let client = neqo_process::run(&mut client, limit).context("running the client");
     let server = server.stop().context("stopping the server")?;
     let client = client?;
     relay_stderr("client", &client);
