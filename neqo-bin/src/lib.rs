@@ -9,6 +9,7 @@
 //!   any QUIC stack so that other peers can share them.
 //! - [`body`]: bodies in and out of quinn-proto streams; [`disk`]: file work off the driver
 //!   thread.
+//! - `testing` (feature `testing`): clients that tests of other crates share with ours.
 
 pub mod body;
 pub mod cli;
@@ -21,5 +22,7 @@ pub mod pattern;
 pub mod perf;
 pub mod report;
 pub mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tls;
 pub mod tls_counters;

@@ -5,12 +5,9 @@
 //! server allows 100 concurrent streams, so a server that left them open would wedge the
 //! connection at the 101st. After the 300, a request on the same connection is served whole.
 
-#[path = "support/canceller.rs"]
-mod canceller;
-
-use canceller::{Cancel, Canceller};
 use neqo_bin::{
     server::{ServerConfig, ServerHandle},
+    testing::canceller::{self, Cancel, Canceller},
     tls::Trust,
 };
 
@@ -45,8 +42,8 @@ mod ctrl_c {
 
     // The client's hang guard is also the most this test waits for a process or the server,
     // well below the 60 s idle timeout it sets.
-    use super::canceller::DEADLINE;
     use super::{ServerConfig, ServerHandle};
+    use neqo_bin::testing::canceller::DEADLINE;
 
     /// Ctrl-C in `neqo-client` mid-download cancels cleanly: it exits on its own, non-zero, saying
     /// it was interrupted, and its CONNECTION_CLOSE reaches the server, which lets go of the

@@ -5,16 +5,15 @@
 //! server runs with `--max-streams 100`, so one that left streams open would wedge the
 //! connection at the 101st. After the 300, a request on the same connection is served whole.
 //!
-//! The client (quinn-proto on `neqo-bin`'s driver) is `neqo-bin`'s `tests/support/canceller.rs`,
-//! shared with its `tests/cancel.rs`, which tests `neqo-server` the same way.
-
-#[path = "../../../neqo-bin/tests/support/canceller.rs"]
-mod canceller;
+//! The client (quinn-proto on `neqo-bin`'s driver) is `neqo_bin::testing::canceller`, shared
+//! with `neqo-bin`'s `tests/cancel.rs`, which tests `neqo-server` the same way.
 
 use std::process::Command;
 
-use canceller::{Cancel, Canceller, DEADLINE};
-use neqo_bin::tls::Trust;
+use neqo_bin::{
+    testing::canceller::{self, Cancel, Canceller, DEADLINE},
+    tls::Trust,
+};
 
 /// The server's stream limit.
 const MAX_STREAMS: &str = "100";

@@ -3,8 +3,8 @@
 //! checks its response byte by byte.
 //!
 //! Shared by `neqo-bin`'s `tests/cancel.rs` (against `neqo-server`, in process) and
-//! `msquic-peer`'s `tests/cancel.rs` (against the `msquic-peer server` binary), which include
-//! it as a module: it lives in `tests/support/` so that it is not a test target of its own.
+//! `msquic-peer`'s `tests/cancel.rs` (against the `msquic-peer server` binary), so that both
+//! servers meet the same client and the same checks.
 
 use std::{
     collections::HashSet,
@@ -14,13 +14,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bytes::Bytes;
-use neqo_bin::{
+use crate::{
     body::{self, ReadEnd},
     driver::{Application, Driver, run_client},
     pattern,
     tls::{self, ALPN_HQ, TransportOptions, Trust},
 };
+use bytes::Bytes;
 use quinn_proto::{
     Connection, ConnectionHandle, ConnectionStats, Dir, Event, StreamEvent, StreamId, VarInt,
 };
@@ -53,6 +53,7 @@ const _: () = assert!((STREAM_WINDOW as u64) < LONG_LEN);
 /// The request served whole after the cancellations.
 const FINAL_LEN: u64 = 200_000;
 
+/// How a request is cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cancel {
     /// The request is sent whole; the response is refused with STOP_SENDING once it starts.
@@ -94,28 +95,34 @@ impl Outcome {
     }
 }
 
-/// The tests, one for each way of cancelling, of the including file's `$check(how: Cancel)`,
-/// which runs a server and a [`Canceller`] and asserts what it saw.
-macro_rules! cancel_tests {
+/// The tests, one for each way of cancelling, of the calling file's `$check(how: Cancel)`,
+/// which runs a server and a [`Canceller`] and asserts what it saw. Exported from the crate
+/// root under a hidden name (as `macro_rules!` must be) and re-exported here as
+/// [`cancel_tests`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cancel_tests {
     ($check:ident) => {
         #[test]
         fn stop_sending_is_answered_with_reset_stream() {
-            $check($crate::canceller::Cancel::StopSending);
+            $check($crate::testing::canceller::Cancel::StopSending);
         }
 
         #[test]
         fn a_reset_request_closes_the_response() {
-            $check($crate::canceller::Cancel::Reset);
+            $check($crate::testing::canceller::Cancel::Reset);
         }
 
         #[test]
         fn reset_and_stop_sending_together() {
-            $check($crate::canceller::Cancel::Both);
+            $check($crate::testing::canceller::Cancel::Both);
         }
     };
 }
-pub(crate) use cancel_tests;
+pub use crate::__cancel_tests as cancel_tests;
 
+/// The client: an [`Application`] with one connection, run by [`Canceller::run`].
+#[derive(Debug)]
 pub struct Canceller {
     remote: SocketAddr,
     trust: Trust,
@@ -137,6 +144,13 @@ pub struct Canceller {
 impl Canceller {
     /// Makes [`CANCELS`] cancellations `how` on one connection to the hq-interop server at
     /// `remote`, trusting its certificate as `trust` says, then the final request.
+    ///
+    /// # Errors
+    /// What went wrong on the connection: it was lost, a response ended otherwise than the
+    /// cancel asks for, or [`DEADLINE`] passed.
+    ///
+    /// # Panics
+    /// When the driver cannot run (no socket, no runtime): a test has nothing to check then.
     pub fn run(remote: SocketAddr, trust: Trust, how: Cancel) -> Result<Outcome, String> {
         let mut app = Self {
             remote,
