@@ -4,15 +4,25 @@
 //! - [`driver`]: the single-threaded endpoint driver, with its pacer and congestion
 //!   controller.
 //! - [`server`]: [`server::ServerHandle::start`] runs a server on its own thread.
-//! - [`client`]: [`client::run`] runs a client to completion and reports.
+//! - `client` (feature `cli`): `client::run` runs a client to completion and reports.
+//! - `cli` (feature `cli`): the binaries' command lines, checks and logging.
 //! - [`hq`], [`perf`], [`pattern`]: the two protocols' rules and the generated body, free of
 //!   any QUIC stack so that other peers can share them.
 //! - [`body`]: bodies in and out of quinn-proto streams; [`disk`]: file work off the driver
 //!   thread.
 //! - `testing` (feature `testing`): clients that tests of other crates share with ours.
+//!
+//! The feature `cli` (default) is the command-line stack: clap, the client's progress bar
+//! (indicatif) and latency percentiles (hdrhistogram), tracing-subscriber, and the process
+//! harness `neqo-loopback` runs its children with. Without it the library is the driver, the
+//! server and the protocols, for embedding. The client goes with it as a whole: its load
+//! report is one thing with its percentiles, and a report whose fields depend on a feature
+//! would be two clients.
 
 pub mod body;
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
 pub mod client;
 pub mod disk;
 pub mod driver;

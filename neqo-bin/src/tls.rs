@@ -32,7 +32,8 @@ pub const ALPN_HQ: &str = "hq-interop";
 pub const ALPN_PERF: &str = "perf";
 
 /// Congestion controller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum CongestionControl {
     /// RFC 9002 NewReno.
     Newreno,
@@ -275,7 +276,8 @@ pub fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
 }
 
 /// A TLS 1.3 cipher suite a client may offer (`--cipher-suite`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum CipherSuite {
     /// `TLS_AES_128_GCM_SHA256`.
     Aes128gcm,

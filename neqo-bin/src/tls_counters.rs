@@ -92,8 +92,10 @@ pub(crate) fn count_full_handshake() {
 }
 
 /// Asks `conn` for a key update now; returns whether it updated (quinn-proto ignores the
-/// request during the handshake and while the previous update is still in progress).
-pub(crate) fn force_key_update(conn: &mut quinn_proto::Connection) -> bool {
+/// request during the handshake and while the previous update is still in progress). An update
+/// made here counts in [`TlsCounters::key_updates_forced`] as well as in `key_updates`, so that
+/// a report tells the updates asked for from the peer's.
+pub fn force_key_update(conn: &mut quinn_proto::Connection) -> bool {
     let before = COUNTERS.key_updates.load(Ordering::Relaxed);
     conn.force_key_update();
     // The update derives the next key generation inside the call, on this thread.

@@ -45,7 +45,8 @@ pub const MIN_BURST: usize = 2;
 pub const PRECISE_WITHIN: Duration = Duration::from_millis(2);
 
 /// What the pacer waits on for release times nearer than [`PRECISE_WITHIN`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum PacingTimer {
     /// [`PreciseTimer`], a `timerfd`, where there is one (Linux); tokio's timers elsewhere.

@@ -34,7 +34,8 @@ use super::{
 use crate::driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
 
 /// How datagrams reach the workers when there are several.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Steering {
     /// The steering program where it attaches (Linux), else the dispatcher and channels.
