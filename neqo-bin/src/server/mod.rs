@@ -12,8 +12,10 @@
 //! - `keys`: the stateless-reset, Retry-token and connection-ID keys, from a secret file or
 //!   random.
 //! - `cid`: the connection IDs: a QUIC-LB server ID and the worker that owns the connection.
-//! - `worker`: the worker threads, each a driver with its own sockets, and their sockets'
-//!   binding and steering.
+//! - `worker`: the workers, each a driver with its own sockets, and the running set of them.
+//! - `served_thread`: the thread each worker (and the dispatcher) runs on, which says when it
+//!   ends.
+//! - `steering`: how datagrams reach the workers, and the listen sockets bound for it.
 //! - `dispatch`: channel steering, where no steering program spreads datagrams over the
 //!   workers' sockets: one socket read by a dispatcher thread that hands each datagram to its
 //!   worker over a bounded channel.
@@ -29,6 +31,8 @@ mod handle;
 mod keys;
 mod ledger;
 mod report;
+mod served_thread;
+mod steering;
 mod worker;
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
@@ -46,7 +50,7 @@ pub use self::{
     handle::ServerHandle,
     keys::{MAX_SECRET, MIN_SECRET, ServerKeys},
     report::{ServerReport, WorkerSummary},
-    worker::Steering,
+    steering::Steering,
 };
 use crate::{
     hq,
@@ -201,7 +205,7 @@ impl Server {
         };
         server_config.transport_config(Arc::new(shared.transport("server")?));
         server_config.token_key(config.keys.token.clone());
-        let sockets = worker::bind(&config.listen, &layout, config.steering)?;
+        let sockets = steering::bind(&config.listen, &layout, config.steering)?;
         let addrs = sockets.addrs.clone();
         let workers = Workers::start(
             sockets,

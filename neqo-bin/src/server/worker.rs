@@ -1,12 +1,7 @@
-//! The server's workers: each a thread with its own current-thread runtime, driver,
-//! quinn-proto endpoint and sockets. With several, every listen address has a socket per
-//! worker in one `SO_REUSEPORT` group, and the kernel's steering program hands each datagram
-//! to the worker whose index its destination connection ID carries (`cid`), so a connection
-//! stays on its worker when its client's address or port changes. Where that program cannot
-//! be attached (not Linux, or the kernel refuses it) or `--steering channel` asks for it,
-//! every listen address has one socket instead, read by a dispatcher thread that hands each
-//! datagram to its worker by the same rule over a bounded channel (`dispatch`); the workers
-//! send on that socket directly.
+//! The server's workers: each a thread ([`ServedThread`]) with its own current-thread runtime,
+//! driver, quinn-proto endpoint and sockets (or channels from the dispatcher), bound and
+//! steered as `steering` says; and [`Workers`], the running set, which stops them all and adds
+//! up their reports.
 //!
 //! What the workers share: the keys (stateless reset, Retry tokens, connection IDs), one TLS
 //! config (one session store: a client resumes whichever worker it reaches), and the counts
@@ -16,13 +11,11 @@
 //! steering program (or the dispatcher) would go on sending its connections' datagrams to a
 //! socket (or channel) nobody reads, and without the dispatcher no worker receives.
 
-use std::{
-    future::Future, net::SocketAddr, path::Path, sync::Arc, thread::JoinHandle, time::Instant,
-};
+use std::{future::Future, path::Path, sync::Arc, thread::JoinHandle, time::Instant};
 
 use anyhow::{Context as _, bail};
 use neqo_udp::Datagram;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::{
     ServerConfig, ServerReport,
@@ -30,31 +23,10 @@ use super::{
     cid::CidLayout,
     dispatch::{self, CHANNEL_CAPACITY, DispatchReport, Dispatcher},
     ledger::Ledger,
+    served_thread::{Ended, ServedThread, panic_message},
+    steering::{Bound, BoundSockets},
 };
 use crate::driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
-
-/// How datagrams reach the workers when there are several.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
-#[serde(rename_all = "lowercase")]
-pub enum Steering {
-    /// The steering program where it attaches (Linux), else the dispatcher and channels.
-    #[default]
-    Auto,
-    /// The steering program only: refuse to start without it.
-    Bpf,
-    /// The dispatcher and channels, also where the program would attach (to test and
-    /// measure them).
-    Channel,
-}
-
-/// The one line refusing `--steering bpf` where the kernel did not take the program.
-pub(super) fn bpf_refused(workers: usize, addr: SocketAddr, reason: &str) -> String {
-    format!(
-        "--steering bpf: datagrams cannot be steered to {workers} workers by connection ID on \
-         {addr} ({reason}); use --steering auto or channel"
-    )
-}
 
 /// What every worker starts from.
 pub(super) struct Shared {
@@ -66,116 +38,11 @@ pub(super) struct Shared {
     pub(super) config: ServerConfig,
 }
 
-/// The bound sockets.
-pub(super) struct Bound {
-    sockets: BoundSockets,
-    /// The listen addresses, with their real ports.
-    pub(super) addrs: Vec<SocketAddr>,
-    /// How datagrams reach the workers, for the report.
-    steering: String,
-}
-
-enum BoundSockets {
-    /// Each worker's sockets, one per listen address (the steering program's groups).
-    PerWorker(Vec<Vec<std::net::UdpSocket>>),
-    /// One socket per listen address, read by the dispatcher.
-    Shared {
-        sockets: Vec<std::net::UdpSocket>,
-        steering: neqo_udp::CidSteering,
-        workers: usize,
-    },
-}
-
 /// What a worker receives and sends through, before its runtime wraps it.
 enum WorkerPath {
     Socket(std::net::UdpSocket),
     /// Its handle to a shared socket, and its channel from the dispatcher.
     Channel(std::net::UdpSocket, mpsc::Receiver<Datagram>),
-}
-
-/// Binds the listen addresses: with several workers, a socket per worker on each, steered by
-/// the worker byte of `layout`'s connection IDs, or one socket each read by a dispatcher,
-/// as `steering` says.
-///
-/// # Errors
-/// A bind failure, or `Steering::Bpf` where the steering program cannot be attached.
-pub(super) fn bind(
-    listen: &[SocketAddr],
-    layout: &CidLayout,
-    steering: Steering,
-) -> anyhow::Result<Bound> {
-    let workers = layout.workers();
-    let cid = neqo_udp::CidSteering::new(
-        u8::try_from(layout.worker_offset()).expect("within a 20-byte CID"),
-    );
-    let mut addrs = Vec::new();
-    if workers == 1 {
-        let mut sockets = Vec::new();
-        for addr in listen {
-            let group = neqo_udp::bind_reuseport_group(*addr, 1, None)?;
-            addrs.push(group.local_addr()?);
-            sockets.extend(group.sockets);
-        }
-        return Ok(Bound {
-            sockets: BoundSockets::PerWorker(vec![sockets]),
-            addrs,
-            steering: "one worker".to_owned(),
-        });
-    }
-    // Why the program is not used, where it is not.
-    let mut fallback = match steering {
-        Steering::Channel => Some("--steering channel".to_owned()),
-        Steering::Auto if !cfg!(target_os = "linux") => {
-            Some("no steering program on this platform".to_owned())
-        }
-        Steering::Auto | Steering::Bpf => None,
-    };
-    let mut per_worker: Vec<Vec<std::net::UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
-    if fallback.is_none() {
-        for addr in listen {
-            let group = neqo_udp::bind_reuseport_group(*addr, workers, Some(cid))?;
-            if let neqo_udp::Steering::Hash { reason } = &group.steering {
-                if steering == Steering::Bpf {
-                    bail!(bpf_refused(workers, *addr, reason));
-                }
-                fallback = Some(reason.clone());
-                break;
-            }
-            addrs.push(group.local_addr()?);
-            for (w, s) in group.sockets.into_iter().enumerate() {
-                per_worker[w].push(s);
-            }
-        }
-    }
-    let Some(reason) = fallback else {
-        return Ok(Bound {
-            sockets: BoundSockets::PerWorker(per_worker),
-            addrs,
-            steering: format!("{workers} workers, by connection ID (SO_REUSEPORT, classic BPF)"),
-        });
-    };
-    // The groups bound so far are closed here, so the fixed ports they held are free again.
-    drop(per_worker);
-    addrs.clear();
-    let mut sockets = Vec::new();
-    for addr in listen {
-        // A group of one: a plain socket, without SO_REUSEPORT, so nothing can join it.
-        let group = neqo_udp::bind_reuseport_group(*addr, 1, None)?;
-        addrs.push(group.local_addr()?);
-        sockets.extend(group.sockets);
-    }
-    Ok(Bound {
-        sockets: BoundSockets::Shared {
-            sockets,
-            steering: cid,
-            workers,
-        },
-        addrs,
-        steering: format!(
-            "{workers} workers, by connection ID (one socket, a dispatcher thread, channels of \
-             {CHANNEL_CAPACITY} datagrams; {reason})"
-        ),
-    })
 }
 
 /// One worker: its driver and application.
@@ -232,72 +99,6 @@ impl Worker {
         }
         report.fill(&self.driver, live_lost);
         Ok(report)
-    }
-}
-
-/// A worker's or the dispatcher's thread: it serves until told to stop, and ends with its
-/// report.
-struct ServedThread<R> {
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<anyhow::Result<R>>>,
-}
-
-impl<R: Send + 'static> ServedThread<R> {
-    /// Starts thread `name` with a current-thread runtime of its own. In it, `start` makes
-    /// what the thread serves (its sockets register with that runtime), and its error is
-    /// returned here; then `serve` runs it with a future that completes when `stop` is sent.
-    /// `ended` goes with the thread, so the server learns of its end however it comes.
-    fn spawn<T, Fut>(
-        name: String,
-        ended: Ended,
-        start: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
-        serve: impl FnOnce(T, oneshot::Receiver<()>) -> Fut + Send + 'static,
-    ) -> anyhow::Result<Self>
-    where
-        Fut: Future<Output = anyhow::Result<R>>,
-    {
-        let (ready_tx, ready) = std::sync::mpsc::channel();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                let _ended = ended;
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                rt.block_on(async move {
-                    let served = match start() {
-                        Ok(s) => s,
-                        Err(e) => {
-                            let msg = format!("{e:#}");
-                            let _ = ready_tx.send(Err(e));
-                            bail!(msg);
-                        }
-                    };
-                    let _ = ready_tx.send(Ok(()));
-                    serve(served, stopped).await
-                })
-            })
-            .context("starting its thread")?;
-        let served = Self {
-            stop: Some(stop),
-            thread: Some(thread),
-        };
-        match ready.recv() {
-            Ok(Ok(())) => Ok(served),
-            Ok(Err(e)) => Err(e),
-            Err(_) => bail!("died while starting"),
-        }
-    }
-}
-
-/// Tells the server a worker's (or the dispatcher's) thread ended, however it ended (a panic
-/// included).
-struct Ended(mpsc::UnboundedSender<usize>, usize);
-
-impl Drop for Ended {
-    fn drop(&mut self) {
-        let _ = self.0.send(self.1);
     }
 }
 
@@ -499,27 +300,11 @@ impl Drop for Workers {
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".to_owned()
-    }
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use anyhow::bail;
-    use tokio::sync::mpsc;
-
-    use super::{
-        super::{Server, ServerConfig},
-        Ended, ServedThread, Steering,
-    };
+    use super::super::{Server, ServerConfig, Steering};
 
     /// The worker that panics at its next turn, for the test below (none: `usize::MAX`).
     pub(in super::super) static PANIC_WORKER: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -529,64 +314,6 @@ pub(super) mod tests {
         if PANIC_WORKER.load(Ordering::Relaxed) == worker {
             panic!("worker {worker} panics for the test");
         }
-    }
-
-    #[test]
-    fn the_kernel_refusing_the_program_is_one_line_naming_the_flag() {
-        let m = super::bpf_refused(
-            2,
-            "127.0.0.1:4433".parse().unwrap(),
-            "attaching the CID steering program: Operation not permitted",
-        );
-        assert!(m.starts_with("--steering bpf: "), "{m}");
-        assert!(
-            m.contains("127.0.0.1:4433") && m.contains("not permitted"),
-            "{m}"
-        );
-        assert!(m.contains("--steering auto or channel"), "{m}");
-        assert!(!m.contains('\n'), "{m}");
-    }
-
-    /// A thread whose start fails, or panics, reports it from `spawn` and never serves; one
-    /// that starts serves until stopped and ends with its report. Each says it ended.
-    #[test]
-    fn a_served_thread_reports_its_start_and_its_end() {
-        let (ended_tx, mut ended) = mpsc::unbounded_channel();
-        let err = ServedThread::<u32>::spawn(
-            "t-fails".to_owned(),
-            Ended(ended_tx.clone(), 7),
-            || -> anyhow::Result<()> { bail!("no socket") },
-            |(), _stopped| async { unreachable!("serving after a failed start") },
-        )
-        .err()
-        .expect("the start's error");
-        assert_eq!(format!("{err:#}"), "no socket");
-        let err = ServedThread::<u32>::spawn(
-            "t-panics".to_owned(),
-            Ended(ended_tx.clone(), 8),
-            || -> anyhow::Result<()> { panic!("for the test") },
-            |(), _stopped| async { unreachable!("serving after a panicked start") },
-        )
-        .err()
-        .expect("the panic, as an error");
-        assert_eq!(format!("{err:#}"), "died while starting");
-        let mut t = ServedThread::spawn(
-            "t-serves".to_owned(),
-            Ended(ended_tx, 9),
-            || Ok(40_u32),
-            |n, stopped| async move {
-                let _ = stopped.await;
-                Ok(n + 2)
-            },
-        )
-        .unwrap();
-        let _ = t.stop.take().unwrap().send(());
-        assert_eq!(t.thread.take().unwrap().join().unwrap().unwrap(), 42);
-        // The failed threads end just after `spawn` has their error: wait for every end (the
-        // channel closes once the last `Ended` is gone with its thread).
-        let mut seen: Vec<usize> = std::iter::from_fn(|| ended.blocking_recv()).collect();
-        seen.sort_unstable();
-        assert_eq!(seen, [7, 8, 9]);
     }
 
     /// Runs `server` without a shutdown after `datagram` reaches it; returns its error.
