@@ -1,9 +1,13 @@
 //! The `hq-interop` and `perf` client.
 //!
 //! - [`run`], [`run_report`], [`run_async`]: a client run to completion.
-//! - `app`: the [`Application`](crate::driver::Application) making the requests.
+//! - `app`: the [`Application`](crate::driver::Application): connections opened at the
+//!   concurrency and rate asked for, their events routed, the report added up.
+//! - `requests`: one connection's requests, made, read, verified and saved.
 //! - `keys`: the early key update (`--key-update`).
 //! - `output`: `--output-dir` bodies, written off the driver thread ([`crate::disk`]).
+//! - `load`: the load report's latency percentiles and throughput spread; `progress`: the
+//!   progress bar.
 //! - [`ClientReport`]: what it did.
 
 mod app;
@@ -12,6 +16,7 @@ mod load;
 mod output;
 mod progress;
 mod report;
+mod requests;
 
 use std::{net::SocketAddr, path::PathBuf};
 
