@@ -2,8 +2,10 @@
 //!
 //! - [`Server`]: binds and starts its workers, each on a thread of its own; [`ServerHandle`]
 //!   runs one for tests and benches.
-//! - `app`: the [`Application`](crate::driver::Application) answering requests, with files
-//!   read off the driver thread ([`crate::disk`]).
+//! - `app`: the [`Application`](crate::driver::Application): admission, receive windows,
+//!   handshakes given up, stats.
+//! - `requests`: each connection's requests, read and answered, with files read off the
+//!   driver thread ([`crate::disk`]).
 //! - `admission`: which new connections are taken, retried or refused; half-open ones.
 //! - `ledger`: what the workers count together (connections open and half-open, per client
 //!   source too, the arrival rate).
@@ -31,6 +33,7 @@ mod handle;
 mod keys;
 mod ledger;
 mod report;
+mod requests;
 mod served_thread;
 mod steering;
 mod worker;
