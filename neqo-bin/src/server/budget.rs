@@ -30,7 +30,7 @@
 //! is therefore about two and a half times its window, plus 32 KiB for each of its up to
 //! [`MAX_CONCURRENT_STREAMS`](crate::tls::MAX_CONCURRENT_STREAMS) streams, plus quinn-proto's
 //! bounded crypto buffers. DATAGRAM frames, which quinn-proto would buffer outside any
-//! window, are refused: no protocol here uses them (`tls.rs`).
+//! window, are refused: no protocol here uses them (`tls/transport.rs`).
 
 use std::collections::HashMap;
 
