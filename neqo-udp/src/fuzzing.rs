@@ -88,7 +88,7 @@ fn own_copy(d: crate::Datagram, buffers: RecvBuffers) -> Vec<u8> {
 
 /// Decodes arbitrary bytes as a received control-message buffer. Must never read outside
 /// the buffer or panic. Returns whether anything was recognised.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[must_use]
 pub fn decode_control(bytes: &[u8]) -> bool {
     let (meta, drops) = crate::sys::decode_control_bytes(bytes);
@@ -134,7 +134,7 @@ mod tests {
         inputs
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     #[cfg_attr(miri, ignore = "reads files")]
     fn the_checked_in_cmsg_corpus_decodes() {
@@ -157,7 +157,7 @@ mod tests {
                 })
                 .collect();
             split_batch(&contents, &slots);
-            #[cfg(target_os = "linux")]
+            #[cfg(any(target_os = "linux", target_os = "android"))]
             {
                 let ctrl: Vec<u8> = (0..(next() % 200)).map(|_| next() as u8).collect();
                 let _ = decode_control(&ctrl);

@@ -67,7 +67,7 @@ async fn burst_from_several_senders(ip: std::net::IpAddr, mode: IoMode) {
             "single mode: one datagram per syscall"
         );
         assert_eq!(senders[0].stats().tx.syscalls, u64::from(PER_SENDER));
-    } else if cfg!(target_os = "linux") {
+    } else if cfg!(any(target_os = "linux", target_os = "android")) {
         // Each send_all of 15 transmits is one sendmmsg.
         assert_eq!(senders[0].stats().tx.syscalls, 4);
     }
@@ -92,7 +92,7 @@ async fn burst_v6_single() {
 
 /// A GSO run of 11 segments (the last shorter) arrives as 11 datagrams, whatever the
 /// receiver's mode; with GRO on, as one run split by the socket.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn gso_runs_arrive_as_their_segments() {
     for ip in [V4, V6] {
@@ -137,7 +137,7 @@ async fn gso_runs_arrive_as_their_segments() {
 
 /// One call, 32 transmits to three receivers with mixed GSO sizes: one sendmmsg, and every
 /// receiver gets its datagrams complete and in order.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn one_sendmmsg_of_32_mixed_transmits() {
     for ip in [V4, V6] {
@@ -255,7 +255,7 @@ async fn dual_stack_socket() {
 }
 
 /// EMSGSIZE (an IPv4 datagram over 65 507 bytes) drops that transmit only.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn oversized_transmit_is_dropped_alone() {
     for mode in MODES {
@@ -278,7 +278,8 @@ async fn oversized_transmit_is_dropped_alone() {
 
 /// EINVAL on a GSO send (here forced with SO_NO_CHECK, which the kernel refuses to combine
 /// with UDP_SEGMENT, as some NICs and VMs do) turns GSO off and resends the same transmit as
-/// separate datagrams: nothing is lost.
+/// separate datagrams: nothing is lost. (Linux only: libc names `SO_NO_CHECK` for no other
+/// target.)
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn gso_failure_falls_back_to_separate_datagrams() {
@@ -324,7 +325,7 @@ async fn gso_failure_falls_back_to_separate_datagrams() {
 }
 
 /// Datagrams longer than the receive slot are counted and dropped, never handed up short.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn truncated_datagrams_are_dropped() {
     for mode in MODES {
@@ -379,7 +380,7 @@ async fn empty_datagrams_are_skipped() {
 /// does generate it (a plain socket with `IP_RECVERR` on sees it fail its next send), but
 /// ours leaves ICMP errors off, so its sends never fail with one and it keeps working both
 /// ways.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn icmp_errors_never_reach_the_socket() {
     for ip in [V4, V6] {
@@ -423,7 +424,7 @@ async fn icmp_errors_never_reach_the_socket() {
 
 /// A receiver with a tiny SO_RCVBUF, flooded without reading, drops datagrams, and both the
 /// per-receive report (SO_RXQ_OVFL) and the socket stats (SO_MEMINFO) say so.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn kernel_drops_are_reported() {
     for mode in MODES {
@@ -468,7 +469,7 @@ async fn bind_errors_name_the_address() {
     assert!(err.to_string().contains(&addr_of(&a).to_string()), "{err}");
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn buffer_sizes_are_reported() {
     let s = Socket::bind(
@@ -492,7 +493,7 @@ async fn buffer_sizes_are_reported() {
 /// that retried too few times lost about one run in 60 here). With ICMP errors off, no send
 /// meets one at all. The socket is handed in with `IP_RECVERR` on, as a caller's may be: the
 /// crate must turn it off.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn provoked_icmp_errors_never_cost_a_transmit() {
     use std::sync::{
@@ -613,7 +614,7 @@ async fn connected_sockets_are_refused() {
 /// gets more control messages per datagram: they must not push out the GRO segment size,
 /// ECN or destination address. With a control buffer sized for ours alone, the kernel cut
 /// them (`MSG_CTRUNC`) and a GRO run could be handed up as one datagram.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn extra_receive_options_cost_no_control_message() {
     for ip in [V4, V6] {

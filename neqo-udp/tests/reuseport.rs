@@ -90,7 +90,7 @@ fn windows_refuses_groups() {
     assert_eq!(e.kind(), io::ErrorKind::Unsupported);
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod steering {
     use std::{
         collections::{HashMap, HashSet},

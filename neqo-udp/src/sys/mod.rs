@@ -6,17 +6,18 @@
 //! - `send(platform, sock, messages, batched)`: one send syscall of a prefix of the messages;
 //! - `kernel_drops(sock)`: the kernel's drop counter, where there is one.
 //!
-//! Linux has its own module (all the crate's unsafe code); everything else goes through
-//! quinn-udp, which is tested on those platforms.
+//! Linux and Android share their own module (the kernel is the same; all the crate's unsafe
+//! code but Apple's fast-path switch); everything else goes through quinn-udp, which is
+//! tested on those platforms.
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) use linux::*;
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 mod portable;
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) use portable::*;
 
 /// What the platform supports for a socket.

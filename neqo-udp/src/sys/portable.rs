@@ -1,7 +1,7 @@
-//! Every platform but Linux: quinn-udp's paths. On Apple platforms in batched mode receives
-//! use `recvmsg_x` (quinn-udp's `fast-apple-datapath`), elsewhere one datagram per syscall.
-//! quinn-udp receives into initialised buffers, so each datagram is copied once into its slot
-//! here; Linux, the platform this project measures, has no such copy.
+//! Every platform but Linux and Android: quinn-udp's paths. On Apple platforms in batched
+//! mode receives use `recvmsg_x` (quinn-udp's `fast-apple-datapath`), elsewhere one datagram
+//! per syscall. quinn-udp receives into initialised buffers, so each datagram is copied once
+//! into its slot here; Linux, the platform this project measures, has no such copy.
 //!
 //! Sends carry one datagram per message everywhere here (no GSO): quinn-udp's `sendmsg_x`
 //! path ignores a partial count, which would lose the tail of a batch while it counts as

@@ -93,7 +93,7 @@ pub fn addr_of(socket: &Socket) -> SocketAddr {
 
 /// A plain socket with `IP_RECVERR`/`IPV6_RECVERR` on: the kernel fails its next send with
 /// the error of an ICMP message that came back for an earlier one.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn icmp_reporting_socket(ip: std::net::IpAddr) -> std::net::UdpSocket {
     let s = std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
     let (level, name) = if ip.is_ipv4() {

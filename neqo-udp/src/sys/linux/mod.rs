@@ -1,10 +1,11 @@
-//! Linux: `recvmmsg`/`sendmmsg` (or `recvmsg`/`sendmsg` in single mode) with per-message
-//! control messages: `UDP_SEGMENT` (GSO), `UDP_GRO`, `IP_TOS`/`IPV6_TCLASS` (ECN),
-//! `IP_PKTINFO`/`IPV6_PKTINFO` (local address), `SO_RXQ_OVFL` (kernel drops).
+//! Linux and Android (the same kernel): `recvmmsg`/`sendmmsg` (or `recvmsg`/`sendmsg` in
+//! single mode) with per-message control messages: `UDP_SEGMENT` (GSO), `UDP_GRO`,
+//! `IP_TOS`/`IPV6_TCLASS` (ECN), `IP_PKTINFO`/`IPV6_PKTINFO` (local address), `SO_RXQ_OVFL`
+//! (kernel drops).
 //!
 //! Everything unsafe in the crate is in this module: socket options here, the syscalls in
 //! `msg`, control messages and addresses in `cmsg`, the `SO_REUSEPORT` steering program in
-//! `reuseport`.
+//! `reuseport`, and in `abi` what libc declares for Linux but not for Android.
 //!
 //! ICMP errors are not asked for (`IP_RECVERR` stays off): on an unconnected socket the
 //! kernel then never turns one into a pending socket error, so an off-path attacker's
@@ -14,6 +15,7 @@
 //! neither of which a QUIC stack acts on (it probes the path MTU itself, RFC 8899, and an
 //! unreachable peer shows as loss). For the same reason connected sockets are refused.
 
+mod abi;
 mod cmsg;
 mod msg;
 mod reuseport;
@@ -169,14 +171,14 @@ pub(crate) fn route_mtu(sock: UdpSockRef<'_>, v6: bool) -> io::Result<usize> {
 /// The kernel's count of datagrams dropped on this socket (`SO_MEMINFO`'s `SK_MEMINFO_DROPS`).
 pub(crate) fn kernel_drops(sock: UdpSockRef<'_>) -> io::Result<u64> {
     // SK_MEMINFO_VARS: the drops counter is the last of the nine.
-    let mut info = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
+    let mut info = [0u32; abi::SK_MEMINFO_DROPS as usize + 1];
     let mut len = mem::size_of_val(&info) as libc::socklen_t;
     // SAFETY: `info` is a live array and `len` its size in bytes.
     let rc = unsafe {
         libc::getsockopt(
             sock.fd.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_MEMINFO,
+            abi::SO_MEMINFO,
             info.as_mut_ptr().cast(),
             &raw mut len,
         )
@@ -184,7 +186,7 @@ pub(crate) fn kernel_drops(sock: UdpSockRef<'_>) -> io::Result<u64> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(u64::from(info[libc::SK_MEMINFO_DROPS as usize]))
+    Ok(u64::from(info[abi::SK_MEMINFO_DROPS as usize]))
 }
 
 /// Linux keeps no per-socket platform state.

@@ -12,7 +12,10 @@ use std::{
 use bytes::BytesMut;
 use socket2::SockAddr;
 
-use super::cmsg::{self, CmsgBuf, RECV_CMSG_LEN, SEND_CMSG_LEN, Written};
+use super::{
+    abi,
+    cmsg::{self, CmsgBuf, RECV_CMSG_LEN, SEND_CMSG_LEN, Written},
+};
 use crate::{config::MAX_BATCH_SIZE, recv::SlotMeta, sys::Received, transmit::Transmit};
 
 /// Fills `hdr` for sending `t`, pointing at `name`, `iov` and `ctrl`.
@@ -81,7 +84,7 @@ pub(super) fn send_batch(fd: BorrowedFd<'_>, messages: &[Transmit<'_>]) -> io::R
     // names and control buffers in this frame and at the messages' contents; all outlive the
     // call, and the kernel reads `n` headers and writes only their `msg_len`.
     let rc = unsafe {
-        libc::sendmmsg(
+        abi::sendmmsg(
             fd.as_raw_fd(),
             hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
             n as libc::c_uint,
@@ -212,7 +215,7 @@ pub(super) fn recv_batch(
     // capacity, names, control buffers) that outlive the call; MSG_TRUNC only changes the
     // reported length. No timeout pointer.
     let rc = unsafe {
-        libc::recvmmsg(
+        abi::recvmmsg(
             fd.as_raw_fd(),
             hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
             n as libc::c_uint,

@@ -19,9 +19,11 @@
 
 use std::{io, mem, os::fd::AsRawFd, ptr};
 
-use libc::{
+use libc::{sock_filter, sock_fprog};
+
+use super::abi::{
     BPF_A, BPF_ABS, BPF_ALU, BPF_AND, BPF_B, BPF_JA, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K,
-    BPF_LD, BPF_LEN, BPF_MISC, BPF_MOD, BPF_RET, BPF_TAX, BPF_TXA, BPF_W, sock_filter, sock_fprog,
+    BPF_LD, BPF_LEN, BPF_MISC, BPF_MOD, BPF_RET, BPF_TAX, BPF_TXA, BPF_W,
 };
 
 use crate::reuseport::{HANDSHAKE_TYPE, LONG_TYPE_MASK};
@@ -346,7 +348,7 @@ mod tests {
     fn program_is_well_formed() {
         for offset in [0u8, 255] {
             let program = cid_steering_program(offset, 3);
-            assert!(program.len() <= libc::BPF_MAXINSNS as usize);
+            assert!(program.len() <= super::super::abi::BPF_MAXINSNS as usize);
             let last = program.last().unwrap();
             assert_eq!(u32::from(last.code) & 0x07, BPF_RET);
             for (at, insn) in program.iter().enumerate() {
