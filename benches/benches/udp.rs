@@ -26,7 +26,11 @@ fn recv(c: &mut Criterion) {
         for mode in [IoMode::Single, IoMode::Batched] {
             let rt = runtime();
             let socket = rt.block_on(async {
-                Socket::bind("127.0.0.1:0".parse().unwrap(), Config::with_mode(mode)).unwrap()
+                Socket::bind(
+                    "127.0.0.1:0".parse().unwrap(),
+                    Config::default().with_mode(mode),
+                )
+                .unwrap()
             });
             // Bounded: the senders stop when the benchmark ends, and after 2 minutes anyway.
             let flood = Flood::start(

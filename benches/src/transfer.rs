@@ -182,7 +182,7 @@ impl Scenario {
         c.concurrency = w.concurrency;
         c.sockets = w.concurrency.min(16);
         c.parallel = w.requests > 1;
-        c.socket = neqo_udp::Config::with_mode(mode);
+        c.socket = neqo_udp::Config::default().with_mode(mode);
         c.pacing = pacing;
         if self == Self::Upload {
             c.alpn = ALPN_PERF.to_owned();
@@ -269,7 +269,7 @@ impl Fixture {
     ) -> anyhow::Result<Self> {
         let server = ServerHandle::start(ServerConfig {
             listen: vec!["127.0.0.1:0".parse()?],
-            socket: neqo_udp::Config::with_mode(mode),
+            socket: neqo_udp::Config::default().with_mode(mode),
             pacing,
             ..ServerConfig::default()
         })?;

@@ -162,8 +162,11 @@ async fn drain_until(socket: &Socket, mut done: impl FnMut(u64) -> bool) -> u64 
 pub fn measure_recv(mode: IoMode, senders: usize, window: Duration) -> RecvResult {
     let rt = runtime();
     rt.block_on(async {
-        let socket = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::with_mode(mode))
-            .expect("receiver bind");
+        let socket = Socket::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            Config::default().with_mode(mode),
+        )
+        .expect("receiver bind");
         let flood = Flood::start(
             socket.local_addr().unwrap(),
             senders,
@@ -237,11 +240,8 @@ impl SendVariant {
 
     fn config(self) -> Config {
         match self {
-            Self::OnePerSyscall => Config::with_mode(IoMode::Single),
-            Self::Sendmmsg => Config {
-                gso: false,
-                ..Config::default()
-            },
+            Self::OnePerSyscall => Config::default().with_mode(IoMode::Single),
+            Self::Sendmmsg => Config::default().with_gso(false),
             Self::Gso | Self::SendmmsgGso => Config::default(),
         }
     }
@@ -350,13 +350,8 @@ impl SendFixture {
     /// Sends at least `datagrams` datagrams; returns how many went.
     pub async fn send(&self, datagrams: u64) -> u64 {
         let (transmits, segments) = self.variant.shape();
-        let t = Transmit {
-            destination: self.dest,
-            ecn: None,
-            contents: &self.payload,
-            segment_size: (segments > 1).then_some(SEND_DATAGRAM),
-            src_ip: None,
-        };
+        let t = Transmit::new(self.dest, &self.payload)
+            .with_segment_size((segments > 1).then_some(SEND_DATAGRAM));
         let batch = vec![t; transmits];
         let mut sent = 0;
         while sent < datagrams {

@@ -61,11 +61,11 @@ fn io_pacing_and_address_family_matrix() {
         for mode in [IoMode::Batched, IoMode::Single] {
             for pacing in [true, false] {
                 let s = server_with(listen, |c| {
-                    c.socket = neqo_udp::Config::with_mode(mode);
+                    c.socket = neqo_udp::Config::default().with_mode(mode);
                     c.pacing = pacing;
                 });
                 let mut c = client_for(&s, "/3000000");
-                c.socket = neqo_udp::Config::with_mode(mode);
+                c.socket = neqo_udp::Config::default().with_mode(mode);
                 c.pacing = pacing;
                 let what = format!("{listen} {mode} pacing {pacing}");
                 let r = client::run(c).unwrap_or_else(|e| panic!("{what}: {e:#}"));

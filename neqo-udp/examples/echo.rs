@@ -25,12 +25,9 @@ async fn serve(socket: &Socket) -> io::Result<()> {
             buf.extend_from_slice(&d.data);
             queue.push(
                 buf,
-                TransmitHeader {
-                    destination: d.source,
-                    ecn: d.ecn,
-                    segment_size: None,
-                    src_ip: d.destination,
-                },
+                TransmitHeader::new(d.source)
+                    .with_ecn(d.ecn)
+                    .with_src_ip(d.destination),
             );
         }
         while !queue.is_empty() {
@@ -53,10 +50,7 @@ async fn demo(server: SocketAddr) -> io::Result<()> {
         // Ten segments of 100 to 1300 bytes, the run's number in every byte.
         let seg = 100 + run % 1201;
         let body = vec![run as u8; seg * 10];
-        let t = Transmit {
-            segment_size: Some(seg),
-            ..Transmit::new(server, &body)
-        };
+        let t = Transmit::new(server, &body).with_segment_size(Some(seg));
         client.send_all(&[t]).await?;
         let mut got = 0;
         while got < 10 {

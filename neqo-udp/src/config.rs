@@ -29,6 +29,7 @@ pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 /// There is no io_uring mode: one was built, measured slower than `Batched` and removed
 /// (`docs/io_uring.md` in the repository has the figures).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum IoMode {
     /// Many datagrams per syscall: `recvmmsg`/`sendmmsg` (Linux), `recvmsg_x`/`sendmsg_x`
     /// (Apple), plus GSO/GRO where enabled.
@@ -71,6 +72,7 @@ impl FromStr for IoMode {
 
 /// What the buffer of a received [`Datagram`](crate::Datagram) is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum RecvBuffers {
     /// Each datagram in an allocation of its own size, so that whatever a QUIC stack keeps of
     /// it (data behind a gap, queued packets) costs what the stack counts. One copy per
@@ -86,31 +88,34 @@ pub enum RecvBuffers {
     SharedRuns,
 }
 
-/// Socket configuration.
+/// Socket configuration: [`Config::default`] and the `with_` setters, each named after the
+/// getter of what it sets.
+///
+/// ```
+/// use neqo_udp::{Config, IoMode, RecvBuffers};
+/// let config = Config::default()
+///     .with_batch_size(16)
+///     .with_gro(false)
+///     .with_recv_buffers(RecvBuffers::SharedRuns);
+/// assert_eq!(config.batch_size(), 16);
+/// assert!(config.gso() && !config.gro());
+/// assert_eq!(config.mode(), IoMode::Batched);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Datagram buffers per receive syscall and messages per send syscall in
-    /// [`IoMode::Batched`]; clamped to `1..=MAX_BATCH_SIZE`.
-    pub batch_size: usize,
-    /// Use UDP generic segmentation offload on send (Linux `UDP_SEGMENT`).
-    pub gso: bool,
-    /// Use UDP generic receive offload (Linux `UDP_GRO`).
-    pub gro: bool,
-    /// Batched or one datagram per syscall. `Single` implies no GSO and no GRO.
-    pub mode: IoMode,
-    /// `SO_RCVBUF` to ask for; `None` keeps the kernel's default. Where the kernel caps it
-    /// (Linux: `net.core.rmem_max`), `SO_RCVBUFFORCE` asks past the cap, which takes
-    /// `CAP_NET_ADMIN`; without it the capped size stands ([`BufferSizes`](crate::BufferSizes)
-    /// says what was granted).
-    pub recv_buffer_size: Option<usize>,
-    /// `SO_SNDBUF` to ask for; `None` keeps the kernel's default; past `wmem_max` as for
-    /// `recv_buffer_size`.
-    pub send_buffer_size: Option<usize>,
-    /// Whether received datagrams get allocations of their own or share their GRO run's.
-    pub recv_buffers: RecvBuffers,
+    batch_size: usize,
+    gso: bool,
+    gro: bool,
+    mode: IoMode,
+    recv_buffer_size: Option<usize>,
+    send_buffer_size: Option<usize>,
+    recv_buffers: RecvBuffers,
 }
 
 impl Default for Config {
+    /// Batched, [`DEFAULT_BATCH_SIZE`] datagrams per syscall, GSO and GRO where the kernel
+    /// has them, [`DEFAULT_SOCKET_BUFFER`] both ways, received datagrams in allocations of
+    /// their own ([`RecvBuffers::Own`]).
     fn default() -> Self {
         Self {
             batch_size: DEFAULT_BATCH_SIZE,
@@ -125,13 +130,103 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The default configuration in the given mode.
+    /// Datagram buffers per receive syscall and messages per send syscall in
+    /// [`IoMode::Batched`]; clamped to `1..=MAX_BATCH_SIZE` when used
+    /// ([`effective_batch_size`](Self::effective_batch_size)).
     #[must_use]
-    pub fn with_mode(mode: IoMode) -> Self {
-        Self {
-            mode,
-            ..Self::default()
-        }
+    pub const fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Whether to use UDP generic segmentation offload on send (Linux `UDP_SEGMENT`).
+    #[must_use]
+    pub const fn with_gso(mut self, gso: bool) -> Self {
+        self.gso = gso;
+        self
+    }
+
+    /// Whether to use UDP generic receive offload (Linux `UDP_GRO`).
+    #[must_use]
+    pub const fn with_gro(mut self, gro: bool) -> Self {
+        self.gro = gro;
+        self
+    }
+
+    /// Batched or one datagram per syscall. `Single` implies no GSO and no GRO, whatever
+    /// [`gso`](Self::gso) and [`gro`](Self::gro) say.
+    #[must_use]
+    pub const fn with_mode(mut self, mode: IoMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// `SO_RCVBUF` to ask for; `None` keeps the kernel's default. Where the kernel caps it
+    /// (Linux: `net.core.rmem_max`), `SO_RCVBUFFORCE` asks past the cap, which takes
+    /// `CAP_NET_ADMIN`; without it the capped size stands ([`BufferSizes`](crate::BufferSizes)
+    /// says what was granted).
+    #[must_use]
+    pub const fn with_recv_buffer_size(mut self, size: Option<usize>) -> Self {
+        self.recv_buffer_size = size;
+        self
+    }
+
+    /// `SO_SNDBUF` to ask for; `None` keeps the kernel's default; past `wmem_max` as for
+    /// [`with_recv_buffer_size`](Self::with_recv_buffer_size).
+    #[must_use]
+    pub const fn with_send_buffer_size(mut self, size: Option<usize>) -> Self {
+        self.send_buffer_size = size;
+        self
+    }
+
+    /// Whether received datagrams get allocations of their own or share their GRO run's.
+    #[must_use]
+    pub const fn with_recv_buffers(mut self, recv_buffers: RecvBuffers) -> Self {
+        self.recv_buffers = recv_buffers;
+        self
+    }
+
+    /// Datagram buffers per receive and messages per send syscall asked for, as set (see
+    /// [`effective_batch_size`](Self::effective_batch_size) for what is used).
+    #[must_use]
+    pub const fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    /// Whether GSO is asked for (see [`wants_gso`](Self::wants_gso)).
+    #[must_use]
+    pub const fn gso(&self) -> bool {
+        self.gso
+    }
+
+    /// Whether GRO is asked for (see [`wants_gro`](Self::wants_gro)).
+    #[must_use]
+    pub const fn gro(&self) -> bool {
+        self.gro
+    }
+
+    /// Batched or one datagram per syscall.
+    #[must_use]
+    pub const fn mode(&self) -> IoMode {
+        self.mode
+    }
+
+    /// `SO_RCVBUF` asked for, if any.
+    #[must_use]
+    pub const fn recv_buffer_size(&self) -> Option<usize> {
+        self.recv_buffer_size
+    }
+
+    /// `SO_SNDBUF` asked for, if any.
+    #[must_use]
+    pub const fn send_buffer_size(&self) -> Option<usize> {
+        self.send_buffer_size
+    }
+
+    /// What the buffers of received datagrams are.
+    #[must_use]
+    pub const fn recv_buffers(&self) -> RecvBuffers {
+        self.recv_buffers
     }
 
     /// Datagrams per syscall this config allows: 1 in `Single` mode.
@@ -162,7 +257,7 @@ mod tests {
 
     #[test]
     fn single_mode_disables_batching_and_offloads() {
-        let c = Config::with_mode(IoMode::Single);
+        let c = Config::default().with_mode(IoMode::Single);
         assert_eq!(c.effective_batch_size(), 1);
         assert!(!c.wants_gso());
         assert!(!c.wants_gro());
@@ -173,13 +268,39 @@ mod tests {
 
     #[test]
     fn batch_size_is_clamped() {
-        let mut c = Config {
-            batch_size: 0,
-            ..Config::default()
-        };
-        assert_eq!(c.effective_batch_size(), 1);
-        c.batch_size = 10_000;
+        let c = Config::default().with_batch_size(0);
+        assert_eq!((c.batch_size(), c.effective_batch_size()), (0, 1));
+        let c = c.with_batch_size(10_000);
         assert_eq!(c.effective_batch_size(), MAX_BATCH_SIZE);
+    }
+
+    /// Each setter sets its own field and no other.
+    #[test]
+    fn setters_set_what_their_getters_read() {
+        let d = Config::default();
+        let c = d
+            .clone()
+            .with_batch_size(7)
+            .with_gso(false)
+            .with_gro(false)
+            .with_mode(IoMode::Single)
+            .with_recv_buffer_size(None)
+            .with_send_buffer_size(Some(1 << 16))
+            .with_recv_buffers(RecvBuffers::SharedRuns);
+        assert_eq!(c.batch_size(), 7);
+        assert!(!c.gso() && !c.gro());
+        assert_eq!(c.mode(), IoMode::Single);
+        assert_eq!(c.recv_buffer_size(), None);
+        assert_eq!(c.send_buffer_size(), Some(1 << 16));
+        assert_eq!(c.recv_buffers(), RecvBuffers::SharedRuns);
+        assert_eq!(
+            (d.batch_size(), d.gso(), d.gro(), d.mode()),
+            (DEFAULT_BATCH_SIZE, true, true, IoMode::Batched)
+        );
+        assert_eq!(d.recv_buffer_size(), Some(DEFAULT_SOCKET_BUFFER));
+        assert_eq!(d.send_buffer_size(), Some(DEFAULT_SOCKET_BUFFER));
+        assert_eq!(d.recv_buffers(), RecvBuffers::Own);
+        assert_eq!(Config::default().with_gso(false).with_gso(true), d);
     }
 
     #[test]

@@ -70,7 +70,7 @@
 //! let peer = "127.0.0.1:4433".parse().unwrap();
 //! let payload = [0u8; 3600];
 //! // One transmit, three 1200-byte datagrams on the wire (GSO).
-//! let run = Transmit { segment_size: Some(1200), ..Transmit::new(peer, &payload) };
+//! let run = Transmit::new(peer, &payload).with_segment_size(Some(1200));
 //! socket.send_all(&[run]).await?;
 //! let mut batch = socket.recv_batch();
 //! let got = socket.recv_async(&mut batch).await?;

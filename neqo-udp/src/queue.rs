@@ -14,8 +14,10 @@ use crate::{
 /// Idle buffers a [`TxQueue`] keeps by default.
 pub const DEFAULT_POOL_LIMIT: usize = 64;
 
-/// Where and how a queued buffer goes: a [`Transmit`] without its contents.
+/// Where and how a queued buffer goes: a [`Transmit`] without its contents. Made with
+/// [`TransmitHeader::new`] and the `with_` setters (or by setting the fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TransmitHeader {
     /// Where to send it.
     pub destination: SocketAddr,
@@ -25,6 +27,40 @@ pub struct TransmitHeader {
     pub segment_size: Option<usize>,
     /// Source address to send from.
     pub src_ip: Option<IpAddr>,
+}
+
+impl TransmitHeader {
+    /// One datagram to `destination`, no ECN, no source address.
+    #[must_use]
+    pub const fn new(destination: SocketAddr) -> Self {
+        Self {
+            destination,
+            ecn: None,
+            segment_size: None,
+            src_ip: None,
+        }
+    }
+
+    /// The same header with every datagram marked with `ecn`.
+    #[must_use]
+    pub const fn with_ecn(mut self, ecn: Option<EcnCodepoint>) -> Self {
+        self.ecn = ecn;
+        self
+    }
+
+    /// The same header with the buffer cut into segments of `segment_size` bytes.
+    #[must_use]
+    pub const fn with_segment_size(mut self, segment_size: Option<usize>) -> Self {
+        self.segment_size = segment_size;
+        self
+    }
+
+    /// The same header sent from `src_ip`.
+    #[must_use]
+    pub const fn with_src_ip(mut self, src_ip: Option<IpAddr>) -> Self {
+        self.src_ip = src_ip;
+        self
+    }
 }
 
 #[derive(Debug)]

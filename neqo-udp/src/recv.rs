@@ -30,8 +30,10 @@ use bytes::BytesMut;
 /// the small datagrams a peer can most cheaply make a stack keep never pin 64 KiB each.
 pub(crate) const SHARE_ABOVE: usize = 4096;
 
-/// One received datagram.
+/// One received datagram. [`Datagram::new`] makes one (for a test, or a datagram that
+/// arrived some other way, such as through a channel).
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Datagram {
     /// The payload: mutate it, freeze it or hand it to a QUIC state machine as it is. With
     /// [`RecvBuffers::Own`], the default, in an allocation of its own no larger than it, to
@@ -43,6 +45,20 @@ pub struct Datagram {
     pub destination: Option<IpAddr>,
     /// ECN codepoint of the IP header.
     pub ecn: Option<EcnCodepoint>,
+}
+
+impl Datagram {
+    /// `data` from `source`, with no local address and no ECN codepoint (set the fields for
+    /// those).
+    #[must_use]
+    pub const fn new(data: BytesMut, source: SocketAddr) -> Self {
+        Self {
+            data,
+            source,
+            destination: None,
+            ecn: None,
+        }
+    }
 }
 
 /// What the kernel reported for one slot.
@@ -110,16 +126,19 @@ pub struct RecvBatch {
 }
 
 impl RecvBatch {
-    /// Buffers for a socket with this config: one 64 KiB slot per datagram of a batch,
-    /// yielding datagrams as [`Config::recv_buffers`] says.
+    /// Buffers for a socket with this config: one 64 KiB slot per datagram of a batch
+    /// ([`Config::effective_batch_size`]), yielding datagrams as [`Config::recv_buffers`]
+    /// says. What [`UdpSocketState::recv_batch`](crate::UdpSocketState::recv_batch) gives.
     #[must_use]
     pub fn new(config: &Config) -> Self {
         Self::with_slots(config.effective_batch_size(), RECV_SLOT_SIZE)
-            .with_buffers(config.recv_buffers)
+            .with_buffers(config.recv_buffers())
     }
 
     /// `slots` buffers of `slot_size` bytes each, yielding datagrams of their own
-    /// ([`RecvBuffers::Own`]). A slot smaller than a datagram (or a GRO run) makes the kernel
+    /// ([`RecvBuffers::Own`]) whatever the socket's config says: chain
+    /// [`with_buffers`](Self::with_buffers) to share GRO runs, or use [`new`](Self::new) to
+    /// follow a config. A slot smaller than a datagram (or a GRO run) makes the kernel
     /// truncate it, which the socket counts and drops.
     #[must_use]
     pub fn with_slots(slots: usize, slot_size: usize) -> Self {
@@ -137,7 +156,7 @@ impl RecvBatch {
         }
     }
 
-    /// Yields datagrams as `buffers` says.
+    /// Yields datagrams as `buffers` says, from the next receive on.
     #[must_use]
     pub const fn with_buffers(mut self, buffers: RecvBuffers) -> Self {
         self.buffers = buffers;
@@ -345,10 +364,7 @@ mod tests {
     /// the next receive leaves the cut slot's allocation to the datagrams that hold it.
     #[test]
     fn shared_runs_are_cut_and_small_slots_copied() {
-        let config = Config {
-            recv_buffers: RecvBuffers::SharedRuns,
-            ..Config::default()
-        };
+        let config = Config::default().with_recv_buffers(RecvBuffers::SharedRuns);
         let mut batch = RecvBatch::new(&config);
         let big: Vec<u8> = (0..SHARE_ABOVE as u32 + 1).map(|i| i as u8).collect();
         let small: Vec<u8> = (0..SHARE_ABOVE as u32).map(|i| (i * 7) as u8).collect();
@@ -372,6 +388,27 @@ mod tests {
         assert_eq!(&got[0].data[..], &big[..1000], "held data untouched");
         let again: Vec<_> = batch.datagrams().map(|d| d.data.to_vec()).collect();
         assert_eq!(again, vec![b"next".to_vec(), b"one".to_vec()]);
+    }
+
+    /// `new` follows the config (slots per batch, shared runs); `with_slots` copies unless
+    /// told otherwise.
+    #[test]
+    fn new_follows_the_config_and_with_slots_copies() {
+        let shared = Config::default()
+            .with_batch_size(7)
+            .with_recv_buffers(RecvBuffers::SharedRuns);
+        let batch = RecvBatch::new(&shared);
+        assert_eq!(
+            (batch.capacity(), batch.buffers),
+            (7, RecvBuffers::SharedRuns)
+        );
+        let single = RecvBatch::new(&shared.clone().with_mode(crate::IoMode::Single));
+        assert_eq!(single.capacity(), 1);
+        assert_eq!(RecvBatch::new(&Config::default()).buffers, RecvBuffers::Own);
+        let own = RecvBatch::with_slots(3, 2048);
+        assert_eq!((own.capacity(), own.buffers), (3, RecvBuffers::Own));
+        let own = own.with_buffers(RecvBuffers::SharedRuns);
+        assert_eq!(own.buffers, RecvBuffers::SharedRuns);
     }
 
     /// A caller that stops part-way through a copied run gets the rest on the next call.

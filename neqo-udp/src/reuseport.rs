@@ -40,6 +40,7 @@ pub(crate) const HANDSHAKE_TYPE: u8 = 0x20;
 /// the connection. So does anything else without the byte; see
 /// [`socket_index`](Self::socket_index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct CidSteering {
     /// The worker byte's position in the DCID, counted from its first byte.
     pub offset: u8,
@@ -85,6 +86,7 @@ impl CidSteering {
 
 /// How the kernel picks a group's socket for each datagram.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Steering {
     /// The CID steering program is attached: socket `i` receives the datagrams whose worker
     /// byte is congruent to `i` modulo the group's size (and the kernel hashes the rest).
@@ -114,6 +116,7 @@ impl Steering {
 /// `__reuseport_detach_sock`), so the indices the program returns then name other sockets.
 /// Keep every socket open for as long as any of them serves.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ReuseportGroup {
     /// The sockets, unconnected and blocking (as std makes them): hand each to
     /// [`Socket::from_std`](crate::Socket::from_std) or [`UdpSocketState::new`](crate::UdpSocketState::new),

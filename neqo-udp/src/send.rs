@@ -292,10 +292,10 @@ impl SendPolicy {
             };
             let len = rest.len().min(stride.saturating_mul(segments));
             let contents = &rest[..len];
-            pieces.push(Transmit {
-                segment_size: (len > stride).then_some(stride),
-                ..t.with_contents(contents)
-            });
+            pieces.push(
+                t.with_contents(contents)
+                    .with_segment_size((len > stride).then_some(stride)),
+            );
             let end = at.offset + len;
             ends.push(Cursor {
                 transmit: at.transmit,

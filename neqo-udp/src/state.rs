@@ -15,6 +15,7 @@ use crate::{
 
 /// What one [`UdpSocketState::recv`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecvSummary {
     /// Datagrams now waiting in the batch (GRO runs counted segment by segment).
     pub datagrams: usize,
@@ -24,6 +25,7 @@ pub struct RecvSummary {
 
 /// Socket buffer sizes the kernel granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BufferSizes {
     /// `SO_RCVBUF` as the kernel reports it (Linux reports double what was asked, the other
     /// half being its bookkeeping allowance).
@@ -91,10 +93,10 @@ impl UdpSocketState {
             // Ask for the configured buffers; the kernel caps them at rmem_max/wmem_max. Past
             // the cap only with CAP_NET_ADMIN (the FORCE options); we report what it granted
             // rather than fail.
-            if let Some(size) = config.recv_buffer_size {
+            if let Some(size) = config.recv_buffer_size() {
                 request_buffer(sock, s, true, size)?;
             }
-            if let Some(size) = config.send_buffer_size {
+            if let Some(size) = config.send_buffer_size() {
                 request_buffer(sock, s, false, size)?;
             }
             io::Result::Ok(BufferSizes {
@@ -124,7 +126,7 @@ impl UdpSocketState {
     /// Batched or single.
     #[must_use]
     pub const fn mode(&self) -> IoMode {
-        self.config.mode
+        self.config.mode()
     }
 
     /// Datagram buffers per receive and messages per send syscall (1 in single mode).
@@ -176,7 +178,7 @@ impl UdpSocketState {
     /// # Errors
     /// `WouldBlock` when nothing is queued; other errors only for a broken socket.
     pub fn recv(&self, sock: UdpSockRef<'_>, batch: &mut RecvBatch) -> io::Result<RecvSummary> {
-        let batched = self.config.mode == IoMode::Batched;
+        let batched = self.config.mode() == IoMode::Batched;
         let max = if batched { self.batch } else { 1 };
         let received = loop {
             let (slots, meta) = batch.prepare(max);
@@ -248,7 +250,7 @@ impl UdpSocketState {
     /// # Errors
     /// `WouldBlock` when nothing was finished; other errors only for a broken socket.
     pub fn send(&self, sock: UdpSockRef<'_>, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
-        let batched = self.config.mode == IoMode::Batched;
+        let batched = self.config.mode() == IoMode::Batched;
         self.policy.send(&self.counters, transmits, |messages| {
             sys::send(&self.platform, sock, messages, batched)
         })

@@ -24,6 +24,7 @@ macro_rules! counters {
     ) => {
         $(#[$meta])*
         #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        #[non_exhaustive]
         pub struct $name {
             $($(#[$fmeta])* pub $field: u64,)*
         }
@@ -122,6 +123,7 @@ counters! {
 
 /// One direction's counters, as a snapshot.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DirectionStats {
     /// Syscalls that moved at least one datagram.
     pub syscalls: u64,
@@ -198,8 +200,10 @@ impl DirectionStats {
     }
 }
 
-/// A snapshot of a socket's counters.
+/// A snapshot of a socket's counters. Counters may be added: make one with
+/// `Stats::default()` and set its fields.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Receive side.
     pub rx: DirectionStats,

@@ -42,7 +42,20 @@ impl EcnCodepoint {
 /// One or more datagrams to one destination: a single datagram, or, with `segment_size`, a
 /// run of equal-size segments (the last may be shorter) that the kernel splits (GSO) or the
 /// socket sends one by one where GSO is off.
+///
+/// Made with [`Transmit::new`] and the `with_` setters (or by setting the fields):
+///
+/// ```
+/// # use neqo_udp::{EcnCodepoint, Transmit};
+/// let peer = "192.0.2.1:4433".parse().unwrap();
+/// let payload = [0u8; 3000];
+/// let run = Transmit::new(peer, &payload)
+///     .with_segment_size(Some(1200))
+///     .with_ecn(Some(EcnCodepoint::Ect0));
+/// assert_eq!(run.datagrams(), 3);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Transmit<'a> {
     /// Where to send it.
     pub destination: SocketAddr,
@@ -67,6 +80,27 @@ impl<'a> Transmit<'a> {
             segment_size: None,
             src_ip: None,
         }
+    }
+
+    /// The same transmit with every datagram marked with `ecn`.
+    #[must_use]
+    pub const fn with_ecn(mut self, ecn: Option<EcnCodepoint>) -> Self {
+        self.ecn = ecn;
+        self
+    }
+
+    /// The same transmit cut into segments of `segment_size` bytes (`None`: one datagram).
+    #[must_use]
+    pub const fn with_segment_size(mut self, segment_size: Option<usize>) -> Self {
+        self.segment_size = segment_size;
+        self
+    }
+
+    /// The same transmit sent from `src_ip`.
+    #[must_use]
+    pub const fn with_src_ip(mut self, src_ip: Option<IpAddr>) -> Self {
+        self.src_ip = src_ip;
+        self
     }
 
     /// The length of each datagram but the last: the segment size of a run, else the length.
@@ -123,10 +157,7 @@ mod tests {
     fn datagram_counts() {
         let dest = "127.0.0.1:1".parse().unwrap();
         let data = [0u8; 2500];
-        let t = |seg| Transmit {
-            segment_size: seg,
-            ..Transmit::new(dest, &data)
-        };
+        let t = |seg| Transmit::new(dest, &data).with_segment_size(seg);
         assert_eq!(t(None).datagrams(), 1);
         assert_eq!(t(Some(1200)).datagrams(), 3);
         assert_eq!(t(Some(1200)).stride(), 1200);
@@ -139,5 +170,25 @@ mod tests {
         );
         assert_eq!(Transmit::new(dest, &[]).datagrams(), 1);
         assert_eq!(datagrams_in(2400, 1200), 2);
+    }
+
+    #[test]
+    fn setters_set_their_field() {
+        let dest = "127.0.0.1:1".parse().unwrap();
+        let src = "127.0.0.2".parse().unwrap();
+        let t = Transmit::new(dest, b"abc")
+            .with_ecn(Some(EcnCodepoint::Ce))
+            .with_segment_size(Some(1))
+            .with_src_ip(Some(src));
+        assert_eq!(
+            t,
+            Transmit {
+                destination: dest,
+                ecn: Some(EcnCodepoint::Ce),
+                contents: b"abc",
+                segment_size: Some(1),
+                src_ip: Some(src),
+            }
+        );
     }
 }

@@ -24,11 +24,9 @@ async fn buffers_above_the_cap_are_forced_where_permitted() {
     let want = 2 * rmem_max.max(wmem_max);
     let s = Socket::bind(
         SocketAddr::new(V4, 0),
-        Config {
-            recv_buffer_size: Some(want),
-            send_buffer_size: Some(want),
-            ..Config::default()
-        },
+        Config::default()
+            .with_recv_buffer_size(Some(want))
+            .with_send_buffer_size(Some(want)),
     )
     .unwrap();
     let got = s.buffer_sizes();
@@ -45,11 +43,9 @@ async fn buffers_above_the_cap_are_forced_where_permitted() {
     // Below the cap nothing is forced: what was asked, as always.
     let small = Socket::bind(
         SocketAddr::new(V4, 0),
-        Config {
-            recv_buffer_size: Some(65536),
-            send_buffer_size: Some(65536),
-            ..Config::default()
-        },
+        Config::default()
+            .with_recv_buffer_size(Some(65536))
+            .with_send_buffer_size(Some(65536)),
     )
     .unwrap();
     assert_eq!(small.buffer_sizes().recv, 2 * 65536);

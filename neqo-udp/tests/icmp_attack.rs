@@ -176,13 +176,7 @@ async fn forged_errors_cost_nothing(ip: IpAddr, mode: IoMode) {
         let singles: Vec<Vec<u8>> = (1..6).map(|i| payload(1, i, 1400)).collect();
         let run: Vec<u8> = (0..14_000u32).map(|i| (i % 249) as u8).collect();
         let mut ts: Vec<Transmit<'_>> = singles.iter().map(|p| transmit(dest, p)).collect();
-        ts.insert(
-            2,
-            Transmit {
-                segment_size: Some(1400),
-                ..transmit(dest, &run)
-            },
-        );
+        ts.insert(2, transmit(dest, &run).with_segment_size(Some(1400)));
         victim.send_all(&ts).await.unwrap();
         let mut expected: Vec<Vec<u8>> = singles[..2].to_vec();
         expected.extend(run.chunks(1400).map(<[u8]>::to_vec));
@@ -241,10 +235,7 @@ fn a_full_send_buffer_under_icmp_errors_never_spins() {
             let receiver = bind(ip, IoMode::Batched);
             let sender = Socket::bind(
                 SocketAddr::new(ip, 0),
-                Config {
-                    send_buffer_size: Some(4096),
-                    ..Config::default()
-                },
+                Config::default().with_send_buffer_size(Some(4096)),
             )
             .unwrap();
             let (victim, dest) = (addr_of(&sender), addr_of(&receiver));

@@ -98,21 +98,12 @@ async fn gso_runs_arrive_as_their_segments() {
     for ip in [V4, V6] {
         for rx_mode in MODES {
             for gro in [true, false] {
-                let receiver = Socket::bind(
-                    SocketAddr::new(ip, 0),
-                    Config {
-                        gro,
-                        ..config(rx_mode)
-                    },
-                )
-                .unwrap();
+                let receiver =
+                    Socket::bind(SocketAddr::new(ip, 0), config(rx_mode).with_gro(gro)).unwrap();
                 let sender = bind(ip, IoMode::Batched);
                 assert!(sender.max_gso_segments() > 1, "kernel supports GSO");
                 let run: Vec<u8> = (0..10_500u32).map(|i| (i * 31 % 251) as u8).collect();
-                let t = Transmit {
-                    segment_size: Some(1000),
-                    ..transmit(addr_of(&receiver), &run)
-                };
+                let t = transmit(addr_of(&receiver), &run).with_segment_size(Some(1000));
                 sender.send_all(&[t]).await.unwrap();
                 assert_eq!(sender.stats().tx.syscalls, 1);
                 assert_eq!(sender.stats().tx.offload_segments, 11);
@@ -160,10 +151,7 @@ async fn one_sendmmsg_of_32_mixed_transmits() {
                 for part in body.chunks(seg_size) {
                     expected[*r].push(part.to_vec());
                 }
-                Transmit {
-                    segment_size: *seg,
-                    ..transmit(addr_of(&receivers[*r]), body)
-                }
+                transmit(addr_of(&receivers[*r]), body).with_segment_size(*seg)
             })
             .collect();
         sender.writable().await.unwrap();
@@ -196,10 +184,7 @@ async fn ecn_round_trips() {
             let body = payload(1, 1, 100);
             let ts: Vec<Transmit<'_>> = codepoints
                 .iter()
-                .map(|c| Transmit {
-                    ecn: Some(*c),
-                    ..transmit(addr_of(&receiver), &body)
-                })
+                .map(|c| transmit(addr_of(&receiver), &body).with_ecn(Some(*c)))
                 .chain(std::iter::once(transmit(addr_of(&receiver), &body)))
                 .collect();
             sender.send_all(&ts).await.unwrap();
@@ -239,10 +224,7 @@ async fn dual_stack_socket() {
     for d in &got {
         let reply: Vec<u8> = d.data.iter().rev().copied().collect();
         // Reply from the address the datagram came to.
-        let t = Transmit {
-            src_ip: d.destination,
-            ..transmit(d.source, &reply)
-        };
+        let t = transmit(d.source, &reply).with_src_ip(d.destination);
         server.send_all(&[t]).await.unwrap();
     }
     let four = got.iter().find(|d| &d.data[..] == b"four").unwrap();
@@ -301,10 +283,7 @@ async fn gso_failure_falls_back_to_separate_datagrams() {
     let run: Vec<u8> = (0..6_000u32).map(|i| (i % 253) as u8).collect();
     let tail = payload(9, 9, 40);
     let ts = [
-        Transmit {
-            segment_size: Some(1200),
-            ..transmit(addr_of(&receiver), &run)
-        },
+        transmit(addr_of(&receiver), &run).with_segment_size(Some(1200)),
         transmit(addr_of(&receiver), &tail),
     ];
     sender.send_all(&ts).await.unwrap();
@@ -430,10 +409,7 @@ async fn kernel_drops_are_reported() {
     for mode in MODES {
         let receiver = Socket::bind(
             SocketAddr::new(V4, 0),
-            Config {
-                recv_buffer_size: Some(4096),
-                ..config(mode)
-            },
+            config(mode).with_recv_buffer_size(Some(4096)),
         )
         .unwrap();
         let sender = bind(V4, IoMode::Batched);
@@ -474,11 +450,9 @@ async fn bind_errors_name_the_address() {
 async fn buffer_sizes_are_reported() {
     let s = Socket::bind(
         SocketAddr::new(V4, 0),
-        Config {
-            recv_buffer_size: Some(1 << 20),
-            send_buffer_size: Some(1 << 19),
-            ..Config::default()
-        },
+        Config::default()
+            .with_recv_buffer_size(Some(1 << 20))
+            .with_send_buffer_size(Some(1 << 19)),
     )
     .unwrap();
     let b = s.buffer_sizes();
@@ -652,11 +626,9 @@ async fn extra_receive_options_cost_no_control_message() {
         assert!(receiver.gro_enabled());
         let sender = bind(ip, IoMode::Batched);
         let run: Vec<u8> = (0..12_000u32).map(|i| (i % 241) as u8).collect();
-        let t = Transmit {
-            segment_size: Some(1200),
-            ecn: Some(EcnCodepoint::Ect0),
-            ..transmit(addr_of(&receiver), &run)
-        };
+        let t = transmit(addr_of(&receiver), &run)
+            .with_segment_size(Some(1200))
+            .with_ecn(Some(EcnCodepoint::Ect0));
         sender.send_all(&[t]).await.unwrap();
         let got = recv_n(&receiver, 10).await;
         assert!(

@@ -16,13 +16,12 @@ use common::*;
 use neqo_udp::{Config, IoMode, Socket, Transmit, TransmitHeader, TxQueue};
 
 async fn fill_and_resend(ip: std::net::IpAddr, mode: IoMode, segments: Option<usize>) {
-    let receiver = Socket::bind(SocketAddr::new(ip, 0), Config::with_mode(mode)).unwrap();
+    let receiver = Socket::bind(SocketAddr::new(ip, 0), Config::default().with_mode(mode)).unwrap();
     let sender = Socket::bind(
         SocketAddr::new(ip, 0),
-        Config {
-            send_buffer_size: Some(4096),
-            ..Config::with_mode(mode)
-        },
+        Config::default()
+            .with_mode(mode)
+            .with_send_buffer_size(Some(4096)),
     )
     .unwrap();
     let dest = addr_of(&receiver);
@@ -33,10 +32,7 @@ async fn fill_and_resend(ip: std::net::IpAddr, mode: IoMode, segments: Option<us
         .collect();
     let ts: Vec<Transmit<'_>> = bodies
         .iter()
-        .map(|b| Transmit {
-            segment_size: segments.map(|_| seg),
-            ..transmit(dest, b)
-        })
+        .map(|b| transmit(dest, b).with_segment_size(segments.map(|_| seg)))
         .collect();
     sender.writable().await.unwrap();
     let first = sender.send(&ts).unwrap().transmits;
@@ -86,10 +82,7 @@ async fn queue_accounts_for_every_datagram(ip: std::net::IpAddr) {
     let receiver = Socket::bind(SocketAddr::new(ip, 0), Config::default()).unwrap();
     let sender = Socket::bind(
         SocketAddr::new(ip, 0),
-        Config {
-            send_buffer_size: Some(4096),
-            ..Config::default()
-        },
+        Config::default().with_send_buffer_size(Some(4096)),
     )
     .unwrap();
     let dest = addr_of(&receiver);
@@ -100,15 +93,7 @@ async fn queue_accounts_for_every_datagram(ip: std::net::IpAddr) {
         // 1 to 100 segments: beyond 64 (and 65 507 bytes) a run takes two messages.
         let body = payload(3, i, seg * (1 + usize::from(i) * 5 % 100));
         expected.extend(body.chunks(seg).map(<[u8]>::to_vec));
-        queue.push(
-            body,
-            TransmitHeader {
-                destination: dest,
-                ecn: None,
-                segment_size: Some(seg),
-                src_ip: None,
-            },
-        );
+        queue.push(body, TransmitHeader::new(dest).with_segment_size(Some(seg)));
     }
     let account = |queue: &TxQueue| {
         let s = sender.stats();

@@ -149,18 +149,16 @@ impl IoArgs {
     /// The socket configuration.
     #[must_use]
     pub fn socket(&self) -> neqo_udp::Config {
-        neqo_udp::Config {
-            batch_size: self.batch_size,
-            gso: !self.no_gso,
-            gro: !self.no_gro,
-            mode: self.io,
+        neqo_udp::Config::default()
+            .with_batch_size(self.batch_size)
+            .with_gso(!self.no_gso)
+            .with_gro(!self.no_gro)
+            .with_mode(self.io)
             // Checked by `validate`.
-            recv_buffer_size: Some(
+            .with_recv_buffer_size(Some(
                 self.recv_buffer()
                     .unwrap_or(neqo_udp::DEFAULT_SOCKET_BUFFER),
-            ),
-            ..neqo_udp::Config::default()
-        }
+            ))
     }
 
     /// Transport options.

@@ -116,10 +116,7 @@ impl Default for ClientConfig {
 /// download spares a copy of every byte. (A server copies: `docs/performance.md`.)
 #[must_use]
 pub fn client_socket(socket: neqo_udp::Config) -> neqo_udp::Config {
-    neqo_udp::Config {
-        recv_buffers: neqo_udp::RecvBuffers::SharedRuns,
-        ..socket
-    }
+    socket.with_recv_buffers(neqo_udp::RecvBuffers::SharedRuns)
 }
 
 impl ClientConfig {
@@ -270,7 +267,7 @@ pub async fn run_until(
             .map(|n| n * config.connections as u64)
     };
     let progress = Progress::new(config.progress, expected_total);
-    let io = config.socket.mode.to_string();
+    let io = config.socket.mode().to_string();
     let mut app = ClientApp::new(
         remote,
         server_name,

@@ -9,7 +9,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use neqo_udp::{Datagram, HISTOGRAM_BUCKETS, Sent, Socket, Stats, Transmit};
+use neqo_udp::{Datagram, Sent, Socket, Stats, Transmit};
 use tokio::sync::mpsc;
 
 use super::Datapath;
@@ -47,17 +47,11 @@ pub struct ChannelDatapath {
 impl ChannelDatapath {
     /// Receives from `rx`, sends on `socket` (which nothing reads from but the dispatcher).
     #[must_use]
-    pub const fn new(rx: mpsc::Receiver<Datagram>, socket: Socket) -> Self {
+    pub fn new(rx: mpsc::Receiver<Datagram>, socket: Socket) -> Self {
         Self {
             inbox: RefCell::new(Inbox { rx, taken: None }),
             socket,
-            rx: neqo_udp::DirectionStats {
-                syscalls: 0,
-                datagrams: 0,
-                bytes: 0,
-                offload_segments: 0,
-                per_syscall: [0; HISTOGRAM_BUCKETS],
-            },
+            rx: neqo_udp::DirectionStats::default(),
         }
     }
 }
@@ -125,14 +119,12 @@ impl Datapath for ChannelDatapath {
     /// counters are the dispatcher's (the descriptor is shared): reported there, not here.
     fn stats(&self) -> Stats {
         let socket = self.socket.stats();
-        Stats {
-            rx: self.rx,
-            tx: socket.tx,
-            kernel_drops: 0,
-            rx_dropped: neqo_udp::RxDropped::default(),
-            tx_dropped: socket.tx_dropped,
-            events: socket.events,
-        }
+        let mut stats = Stats::default();
+        stats.rx = self.rx;
+        stats.tx = socket.tx;
+        stats.tx_dropped = socket.tx_dropped;
+        stats.events = socket.events;
+        stats
     }
 }
 
@@ -153,13 +145,8 @@ mod tests {
         );
         let source: SocketAddr = "127.0.0.1:9".parse().unwrap();
         for i in 0..3u8 {
-            tx.try_send(Datagram {
-                data: bytes::BytesMut::from(&[i; 10][..]),
-                source,
-                destination: None,
-                ecn: None,
-            })
-            .unwrap();
+            tx.try_send(Datagram::new(bytes::BytesMut::from(&[i; 10][..]), source))
+                .unwrap();
         }
         std::future::poll_fn(|cx| path.poll_recv_ready(cx))
             .await

@@ -15,14 +15,13 @@ const RECV_BUDGET: usize = 1;
 
 /// How a socket is to send quinn-proto's transmit.
 pub(super) fn header(t: &quinn_proto::Transmit) -> TransmitHeader {
-    TransmitHeader {
-        destination: t.destination,
-        ecn: t
-            .ecn
-            .and_then(|e| neqo_udp::EcnCodepoint::from_bits(e as u8)),
-        segment_size: t.segment_size,
-        src_ip: t.src_ip,
-    }
+    TransmitHeader::new(t.destination)
+        .with_ecn(
+            t.ecn
+                .and_then(|e| neqo_udp::EcnCodepoint::from_bits(e as u8)),
+        )
+        .with_segment_size(t.segment_size)
+        .with_src_ip(t.src_ip)
 }
 
 impl Driver {

@@ -113,12 +113,9 @@ impl Datapath for FakePath {
             && *at <= now
             && out.len() - before < 32
         {
-            out.push(Datagram {
-                data: BytesMut::from(&data[..]),
-                source: *source,
-                destination: Some(self.addr.ip()),
-                ecn: None,
-            });
+            let mut d = Datagram::new(BytesMut::from(&data[..]), *source);
+            d.destination = Some(self.addr.ip());
+            out.push(d);
             queue.pop_front();
         }
         let got = out.len() - before;

@@ -232,12 +232,7 @@ pub(super) mod tests {
     }
 
     fn datagram(data: &[u8], source: &str) -> Datagram {
-        Datagram {
-            data: BytesMut::from(data),
-            source: source.parse().unwrap(),
-            destination: None,
-            ecn: None,
-        }
+        Datagram::new(BytesMut::from(data), source.parse().unwrap())
     }
 
     #[test]

@@ -115,12 +115,10 @@ impl Side {
 /// Queues quinn-proto's transmit, whose bytes are in `buf`.
 fn push(queue: &mut TxQueue, mut buf: Vec<u8>, t: &quinn_proto::Transmit) {
     buf.truncate(t.size);
-    let header = TransmitHeader {
-        destination: t.destination,
-        ecn: t.ecn.and_then(|e| EcnCodepoint::from_bits(e as u8)),
-        segment_size: t.segment_size,
-        src_ip: t.src_ip,
-    };
+    let header = TransmitHeader::new(t.destination)
+        .with_ecn(t.ecn.and_then(|e| EcnCodepoint::from_bits(e as u8)))
+        .with_segment_size(t.segment_size)
+        .with_src_ip(t.src_ip);
     queue.push(buf, header);
 }
 

@@ -56,7 +56,7 @@ pub(crate) fn new_platform(
         target_os = "tvos",
         target_os = "visionos"
     ))]
-    if config.mode == crate::IoMode::Batched {
+    if config.mode() == crate::IoMode::Batched {
         // SAFETY: quinn-udp resolves sendmsg_x/recvmsg_x at run time and falls back to the
         // one-datagram path when the symbols are missing.
         unsafe { state.set_apple_fast_path() };

@@ -18,7 +18,7 @@ pub const V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 pub const V6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
 
 pub fn config(mode: IoMode) -> Config {
-    Config::with_mode(mode)
+    Config::default().with_mode(mode)
 }
 
 pub fn bind(ip: IpAddr, mode: IoMode) -> Socket {
@@ -41,13 +41,7 @@ pub fn payload(sender: u8, seq: u16, len: usize) -> Vec<u8> {
 }
 
 pub fn transmit(destination: SocketAddr, contents: &[u8]) -> Transmit<'_> {
-    Transmit {
-        destination,
-        ecn: None,
-        contents,
-        segment_size: None,
-        src_ip: None,
-    }
+    Transmit::new(destination, contents)
 }
 
 /// Receives until `n` datagrams arrived (or fails at the deadline).

@@ -282,13 +282,7 @@ const MAX_BATCHES_PER_WAKE: usize = 64;
 async fn send_items(socket: &Socket, items: &[(SocketAddr, BytesMut)]) -> io::Result<()> {
     let transmits: Vec<Transmit<'_>> = items
         .iter()
-        .map(|(to, data)| Transmit {
-            destination: *to,
-            ecn: None,
-            contents: data,
-            segment_size: None,
-            src_ip: None,
-        })
+        .map(|(to, data)| Transmit::new(*to, data))
         .collect();
     socket.send_all(&transmits).await
 }

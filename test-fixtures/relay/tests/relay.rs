@@ -53,13 +53,7 @@ impl Echo {
                     let got: Vec<_> = batch.datagrams().collect();
                     let ts: Vec<Transmit<'_>> = got
                         .iter()
-                        .map(|d| Transmit {
-                            destination: d.source,
-                            ecn: None,
-                            contents: &d.data,
-                            segment_size: None,
-                            src_ip: None,
-                        })
+                        .map(|d| Transmit::new(d.source, &d.data))
                         .collect();
                     sock.send_all(&ts).await.unwrap();
                 }
@@ -111,13 +105,7 @@ fn exchange(relay: &Relay, ip: &str, n: u16, len: usize) -> Vec<Vec<u8>> {
         for chunk in bodies.chunks(16) {
             let ts: Vec<Transmit<'_>> = chunk
                 .iter()
-                .map(|b| Transmit {
-                    destination: relay.local_addr(),
-                    ecn: None,
-                    contents: b,
-                    segment_size: None,
-                    src_ip: None,
-                })
+                .map(|b| Transmit::new(relay.local_addr(), b))
                 .collect();
             client.send_all(&ts).await.unwrap();
         }
@@ -191,15 +179,9 @@ fn each_client_gets_its_own_upstream_socket() {
             .collect();
         for (i, c) in clients.iter().enumerate() {
             let body = vec![i as u8; 100];
-            c.send_all(&[Transmit {
-                destination: relay.local_addr(),
-                ecn: None,
-                contents: &body,
-                segment_size: None,
-                src_ip: None,
-            }])
-            .await
-            .unwrap();
+            c.send_all(&[Transmit::new(relay.local_addr(), &body)])
+                .await
+                .unwrap();
         }
         for (i, c) in clients.iter().enumerate() {
             let mut batch = c.recv_batch();
