@@ -1,6 +1,6 @@
 //! What a [`Socket`](crate::Socket) is asked to do.
 
-use std::{fmt, str::FromStr};
+use std::{error::Error, fmt, str::FromStr};
 
 /// How many datagrams one syscall may carry at most, whatever the config says.
 ///
@@ -57,18 +57,47 @@ impl fmt::Display for IoMode {
 }
 
 impl FromStr for IoMode {
-    type Err = String;
+    type Err = ParseIoModeError;
 
+    /// A mode by its name ([`as_str`](Self::as_str)), in any case; `batch` is `batched`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "batched" | "batch" => Ok(Self::Batched),
             "single" => Ok(Self::Single),
-            other => Err(format!(
-                "unknown I/O mode {other:?} (expected batched or single)"
-            )),
+            _ => Err(ParseIoModeError {
+                input: s.to_owned(),
+            }),
         }
     }
 }
+
+/// A name that is no [`IoMode`]'s. `Display` names it and the valid modes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseIoModeError {
+    input: String,
+}
+
+impl ParseIoModeError {
+    /// What was parsed.
+    #[must_use]
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+}
+
+impl fmt::Display for ParseIoModeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown I/O mode {:?} (expected {} or {})",
+            self.input.to_ascii_lowercase(),
+            IoMode::Batched,
+            IoMode::Single
+        )
+    }
+}
+
+impl Error for ParseIoModeError {}
 
 /// What the buffer of a received [`Datagram`](crate::Datagram) is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -307,11 +336,16 @@ mod tests {
     fn io_mode_parses_and_prints() {
         assert_eq!("batched".parse::<IoMode>(), Ok(IoMode::Batched));
         assert_eq!("Single".parse::<IoMode>(), Ok(IoMode::Single));
-        assert!("fast".parse::<IoMode>().unwrap_err().contains("fast"));
+        let e = "Fast".parse::<IoMode>().unwrap_err();
+        assert_eq!(e.input(), "Fast");
+        assert_eq!(
+            e.to_string(),
+            r#"unknown I/O mode "fast" (expected batched or single)"#
+        );
         assert_eq!(IoMode::Single.to_string(), "single");
         // io_uring was a mode until it was removed (docs/io_uring.md): refused by name now.
         for gone in ["uring", "io_uring"] {
-            let e = gone.parse::<IoMode>().unwrap_err();
+            let e = gone.parse::<IoMode>().unwrap_err().to_string();
             assert!(e.contains(gone) && e.contains("batched or single"), "{e}");
         }
     }

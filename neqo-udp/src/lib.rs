@@ -51,13 +51,19 @@
 //!   steered as a whole by its first datagram: connections that share a client address and
 //!   port may then meet on one worker.
 //! - If the kernel refuses the program the group still comes back, with [`Steering::Hash`]
-//!   and the reason; the caller decides whether to go on with the 4-tuple hash. Elsewhere
-//!   there is no program; Windows has no `SO_REUSEPORT` and refuses groups of more than one.
+//!   and the reason ([`HashReason`]); the caller decides whether to go on with the 4-tuple
+//!   hash. Elsewhere there is no program; Windows has no `SO_REUSEPORT` and refuses groups of
+//!   more than one.
 //!
 //! # Errors
 //!
-//! How errors are handled, so that no peer (or off-path attacker) can make the socket lose
-//! another peer's datagrams, is in [`UdpSocketState::send`]. ICMP errors are not asked for
+//! Binding and configuring a socket fail with a [`SetupError`]: what was refused
+//! ([`Refused`]: the bind, a socket option by name, a connected socket...) and the OS error,
+//! which `?` turns into an `io::Error` of the same kind. What the kernel does not grant of a
+//! [`Config`] (smaller buffers, no GSO or GRO) is reported, not failed.
+//!
+//! How errors are handled once the socket serves, so that no peer (or off-path attacker) can
+//! make the socket lose another peer's datagrams, is in [`UdpSocketState::send`]. ICMP errors are not asked for
 //! and connected sockets are refused, so the kernel never fails a send with someone else's
 //! error, nor wakes a sender for one.
 //!
@@ -84,6 +90,7 @@
 
 mod bind;
 mod config;
+mod error;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 mod path_mtu;
@@ -99,14 +106,15 @@ mod sys;
 mod transmit;
 
 pub use config::{
-    Config, DEFAULT_BATCH_SIZE, DEFAULT_SOCKET_BUFFER, IoMode, MAX_BATCH_SIZE, RECV_SLOT_SIZE,
-    RecvBuffers,
+    Config, DEFAULT_BATCH_SIZE, DEFAULT_SOCKET_BUFFER, IoMode, MAX_BATCH_SIZE, ParseIoModeError,
+    RECV_SLOT_SIZE, RecvBuffers,
 };
+pub use error::{Refused, SetupError};
 pub use path_mtu::max_udp_payload_to;
 pub use queue::{DEFAULT_POOL_LIMIT, TransmitHeader, TxQueue};
 pub use recv::{Datagram, Datagrams, RecvBatch, segment_lengths};
 pub use reuseport::{
-    CidSteering, MAX_GROUP_SOCKETS, ReuseportGroup, Steering, bind_reuseport_group,
+    CidSteering, HashReason, MAX_GROUP_SOCKETS, ReuseportGroup, Steering, bind_reuseport_group,
 };
 pub use send::Sent;
 #[cfg(feature = "tokio")]

@@ -3,12 +3,13 @@
 //! the worker owning its QUIC connection.
 
 use std::{
-    io,
+    fmt, io,
     net::{SocketAddr, UdpSocket},
 };
 
 use crate::{
-    bind::{new_udp_socket, with_context},
+    bind::new_udp_socket,
+    error::{Refused, SetupError},
     sys::{self, UdpSockRef},
 };
 
@@ -85,19 +86,43 @@ impl CidSteering {
 }
 
 /// How the kernel picks a group's socket for each datagram.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum Steering {
     /// The CID steering program is attached: socket `i` receives the datagrams whose worker
     /// byte is congruent to `i` modulo the group's size (and the kernel hashes the rest).
     Cid(CidSteering),
     /// No program: the kernel picks by a hash of the 4-tuple, so a connection's datagrams
-    /// change socket when the client's address or port changes.
-    Hash {
-        /// Why there is no program: none was asked for, the platform has none, or the
-        /// kernel refused it (with its error).
-        reason: String,
-    },
+    /// change socket when the client's address or port changes. With why.
+    Hash(HashReason),
+}
+
+/// Why a group has no steering program ([`Steering::Hash`]). `Display` gives it as a
+/// report line's clause ("no steering asked for", "attaching the CID steering program:
+/// Operation not permitted (os error 1)").
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HashReason {
+    /// None was asked for (or the group has one socket, which needs none).
+    NotAsked,
+    /// The platform has no steering program (all but Linux and Android).
+    Unsupported,
+    /// The kernel refused the program ([`Refused::SteeringProgram`], with its error): an
+    /// unprivileged process in some sandboxes, a kernel without classic BPF for
+    /// `SO_REUSEPORT` groups (before 4.5).
+    Refused(SetupError),
+}
+
+impl fmt::Display for HashReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotAsked => f.write_str("no steering asked for"),
+            Self::Unsupported => {
+                f.write_str("attaching the CID steering program: not supported on this platform")
+            }
+            Self::Refused(e) => write!(f, "{e}: {}", e.io_error()),
+        }
+    }
 }
 
 impl Steering {
@@ -146,13 +171,13 @@ impl ReuseportGroup {
 /// are dual-stack, as with [`Socket::bind`](crate::Socket::bind).
 ///
 /// With `steering`, a classic BPF program is attached to the group after every socket is
-/// bound (`SO_ATTACH_REUSEPORT_CBPF`, Linux) so that each datagram reaches socket
+/// bound (`SO_ATTACH_REUSEPORT_CBPF`, Linux and Android) so that each datagram reaches socket
 /// `worker byte % count` (see [`CidSteering`]). If the kernel refuses the program the group
-/// is still returned, with [`Steering::Hash`] and the kernel's error as the reason: the
-/// caller decides whether the 4-tuple hash will do. Other platforms have no program
-/// (`Steering::Hash`, "not supported on this platform"); Apple's and the BSDs' `SO_REUSEPORT`
-/// does not even spread unicast datagrams, so one socket gets them all. Windows has no
-/// `SO_REUSEPORT`: a group of one is a plain socket there, larger ones are refused.
+/// is still returned, with [`HashReason::Refused`] and the kernel's error: the caller
+/// decides whether the 4-tuple hash will do. Other platforms have no program
+/// ([`HashReason::Unsupported`]); Apple's and the BSDs' `SO_REUSEPORT` does not even spread
+/// unicast datagrams, so one socket gets them all. Windows has no `SO_REUSEPORT`: a group of
+/// one is a plain socket there, larger ones are refused.
 ///
 /// The kernel would let the group join `SO_REUSEPORT` sockets of the same user already bound
 /// to `addr` (another server's, say), which would then take part of its datagrams and shift
@@ -160,77 +185,71 @@ impl ReuseportGroup {
 /// the option (port 0 needs no such check).
 ///
 /// # Errors
-/// `InvalidInput` for a `count` of 0 or above [`MAX_GROUP_SOCKETS`]; `Unsupported` for more
-/// than one socket on a platform without `SO_REUSEPORT`; a bind error (`AddrInUse` where any
-/// socket holds the port) with the address in its message.
+/// [`Refused::GroupSize`] for a `count` of 0 or above [`MAX_GROUP_SOCKETS`];
+/// [`Refused::Option`] (`SO_REUSEPORT`, `Unsupported`) for more than one socket on a
+/// platform without `SO_REUSEPORT`; [`Refused::GroupPort`] or [`Refused::GroupBind`] with
+/// the bind error (`AddrInUse` where any socket holds the port), [`Refused::Bind`] for a
+/// group of one.
 pub fn bind_reuseport_group(
     addr: SocketAddr,
     count: usize,
     steering: Option<CidSteering>,
-) -> io::Result<ReuseportGroup> {
+) -> Result<ReuseportGroup, SetupError> {
     if count == 0 || count > MAX_GROUP_SOCKETS {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("a SO_REUSEPORT group has 1 to {MAX_GROUP_SOCKETS} sockets, not {count}"),
+        return Err(SetupError::new(
+            Refused::GroupSize(count),
+            io::ErrorKind::InvalidInput.into(),
         ));
     }
     if count > 1 && addr.port() != 0 {
         // Fails while any socket holds the port, with or without SO_REUSEPORT.
-        new_udp_socket(addr)?.bind(&addr.into()).map_err(|e| {
-            with_context(
-                e,
-                format_args!(
-                    "binding UDP {addr} for a SO_REUSEPORT group (something holds the port)"
-                ),
-            )
-        })?;
+        new_udp_socket(addr)?
+            .bind(&addr.into())
+            .map_err(SetupError::of(Refused::GroupPort(addr)))?;
     }
     let mut sockets = Vec::with_capacity(count);
     let mut bind_to = addr;
-    for i in 0..count {
+    for index in 0..count {
         let sock = new_udp_socket(bind_to)?;
-        // A group of one shares nothing, and without the option a second server on the
-        // port fails to bind instead of silently taking part of its datagrams.
-        if count > 1 {
-            sys::set_reuse_port(UdpSockRef::from(&sock)).map_err(|e| {
-                with_context(
-                    e,
-                    format_args!("setting SO_REUSEPORT for a group of {count} on {addr}"),
-                )
-            })?;
-        }
-        sock.bind(&bind_to.into()).map_err(|e| {
-            let hint = if e.kind() == io::ErrorKind::AddrInUse {
-                " (held by a socket without SO_REUSEPORT, or another user's)"
-            } else {
-                ""
-            };
-            with_context(
-                e,
-                format_args!(
-                    "binding UDP {bind_to} with SO_REUSEPORT, socket {} of {count}{hint}",
-                    i + 1
-                ),
-            )
-        })?;
-        if i == 0 {
-            let local = sock.local_addr()?.as_socket().ok_or_else(|| {
-                io::Error::other("a UDP socket's local address is not an IP address")
-            })?;
+        let bound = if count > 1 {
+            // A group of one shares nothing, and without the option a second server on the
+            // port fails to bind instead of silently taking part of its datagrams.
+            sys::set_reuse_port(UdpSockRef::from(&sock))
+                .map_err(SetupError::of(Refused::Option("SO_REUSEPORT")))?;
+            sock.bind(&bind_to.into())
+                .map_err(SetupError::of(Refused::GroupBind {
+                    addr: bind_to,
+                    index,
+                    count,
+                }))
+        } else {
+            sock.bind(&bind_to.into())
+                .map_err(SetupError::of(Refused::Bind(bind_to)))
+        };
+        bound?;
+        if index == 0 {
+            let local = sock
+                .local_addr()
+                .and_then(|a| {
+                    a.as_socket().ok_or_else(|| {
+                        io::Error::other("a UDP socket's local address is not an IP address")
+                    })
+                })
+                .map_err(SetupError::of(Refused::LocalAddr))?;
             bind_to.set_port(local.port());
         }
         sockets.push(UdpSocket::from(sock));
     }
     let steering = match steering {
-        None => Steering::Hash {
-            reason: "no steering asked for".into(),
-        },
+        None => Steering::Hash(HashReason::NotAsked),
+        Some(_) if !sys::HAS_STEERING => Steering::Hash(HashReason::Unsupported),
         Some(cid) => {
             match sys::attach_cid_steering(UdpSockRef::from(&sockets[0]), cid.offset, count) {
                 Ok(()) => Steering::Cid(cid),
-                Err(e) => Steering::Hash {
-                    reason: format!("attaching the CID steering program: {e}"),
-                },
+                Err(e) => Steering::Hash(HashReason::Refused(SetupError::new(
+                    Refused::SteeringProgram,
+                    e,
+                ))),
             }
         }
     };

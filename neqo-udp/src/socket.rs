@@ -9,8 +9,9 @@ use std::{
 use tokio::io::Interest;
 
 use crate::{
-    bind::{new_udp_socket, with_context},
+    bind::new_udp_socket,
     config::{Config, IoMode},
+    error::{Refused, SetupError},
     queue::TxQueue,
     recv::RecvBatch,
     send::Sent,
@@ -37,23 +38,32 @@ impl Socket {
     /// v4-mapped IPv6 addresses).
     ///
     /// # Errors
-    /// The bind error (`AddrInUse`, ...) with the address in its message, or a failure to set
-    /// the socket options the config needs.
-    pub fn bind(addr: SocketAddr, config: Config) -> io::Result<Self> {
+    /// [`Refused::Bind`] with the bind error (`AddrInUse`, ...), or what
+    /// [`from_std`](Self::from_std) refuses.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime with I/O enabled.
+    pub fn bind(addr: SocketAddr, config: Config) -> Result<Self, SetupError> {
         let sock = new_udp_socket(addr)?;
         sock.bind(&addr.into())
-            .map_err(|e| with_context(e, format_args!("binding UDP {addr}")))?;
+            .map_err(SetupError::of(Refused::Bind(addr)))?;
         Self::from_std(sock.into(), config)
     }
 
     /// Takes over an already bound, unconnected std socket (made non-blocking here).
     ///
     /// # Errors
-    /// When the socket is connected, or cannot be configured or registered with the runtime.
-    pub fn from_std(sock: std::net::UdpSocket, config: Config) -> io::Result<Self> {
-        sock.set_nonblocking(true)?;
+    /// What [`UdpSocketState::new`] refuses ([`Refused::Connected`], a socket option),
+    /// [`Refused::NonBlocking`], or [`Refused::Runtime`] where the runtime's reactor does not
+    /// take the socket.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime with I/O enabled, as tokio's `UdpSocket::from_std` does.
+    pub fn from_std(sock: std::net::UdpSocket, config: Config) -> Result<Self, SetupError> {
+        sock.set_nonblocking(true)
+            .map_err(SetupError::of(Refused::NonBlocking))?;
         let state = UdpSocketState::new(UdpSockRef::from(&sock), config)?;
-        let io = tokio::net::UdpSocket::from_std(sock)?;
+        let io = tokio::net::UdpSocket::from_std(sock).map_err(SetupError::of(Refused::Runtime))?;
         Ok(Self { io, state })
     }
 

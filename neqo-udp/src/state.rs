@@ -6,6 +6,7 @@ use std::io;
 
 use crate::{
     config::{Config, IoMode},
+    error::{Refused, SetupError},
     recv::RecvBatch,
     send::{Class, SendPolicy, Sent, classify},
     stats::{Counters, Event, Stats},
@@ -60,7 +61,7 @@ fn request_buffer(
     s: &socket2::SockRef<'_>,
     recv: bool,
     size: usize,
-) -> io::Result<()> {
+) -> Result<(), SetupError> {
     let (name, set) = if recv {
         ("SO_RCVBUF", s.set_recv_buffer_size(size))
     } else {
@@ -70,10 +71,11 @@ fn request_buffer(
         tracing::debug!("{name} {size}: {e}");
     }
     let granted = if recv {
-        s.recv_buffer_size()?
+        s.recv_buffer_size()
     } else {
-        s.send_buffer_size()?
-    };
+        s.send_buffer_size()
+    }
+    .map_err(SetupError::of(Refused::Option(name)))?;
     if granted < 2 * size
         && let Err(e) = sys::force_buffer(sock, recv, size)
     {
@@ -86,9 +88,16 @@ impl UdpSocketState {
     /// Configures `sock` (a bound, unconnected UDP socket) for `config`: socket buffers, the
     /// offloads the kernel supports, ECN and local-address reporting.
     ///
+    /// What the kernel does not grant of the config is not an error: smaller socket buffers
+    /// ([`buffer_sizes`](Self::buffer_sizes) says what they are), no GSO or GRO
+    /// ([`max_gso_segments`](Self::max_gso_segments), [`gro_enabled`](Self::gro_enabled)).
+    ///
     /// # Errors
-    /// A connected socket; a failure to read or set the options the config needs.
-    pub fn new(sock: UdpSockRef<'_>, config: Config) -> io::Result<Self> {
+    /// [`Refused::Connected`] for a connected socket; [`Refused::Option`] naming an option
+    /// every socket needs (local address and ECN reporting, no fragmentation, no ICMP error
+    /// reporting) that the kernel refused, or a buffer size it would not report;
+    /// [`Refused::LocalAddr`] for a socket without one.
+    pub fn new(sock: UdpSockRef<'_>, config: Config) -> Result<Self, SetupError> {
         let buffers = sock.with_socket2(|s| {
             // Ask for the configured buffers; the kernel caps them at rmem_max/wmem_max. Past
             // the cap only with CAP_NET_ADMIN (the FORCE options); we report what it granted
@@ -99,9 +108,13 @@ impl UdpSocketState {
             if let Some(size) = config.send_buffer_size() {
                 request_buffer(sock, s, false, size)?;
             }
-            io::Result::Ok(BufferSizes {
-                recv: s.recv_buffer_size()?,
-                send: s.send_buffer_size()?,
+            Ok(BufferSizes {
+                recv: s
+                    .recv_buffer_size()
+                    .map_err(SetupError::of(Refused::Option("SO_RCVBUF")))?,
+                send: s
+                    .send_buffer_size()
+                    .map_err(SetupError::of(Refused::Option("SO_SNDBUF")))?,
             })
         })?;
         let (platform, caps) = sys::new_platform(sock, &config)?;

@@ -442,7 +442,13 @@ async fn bind_errors_name_the_address() {
     let a = bind(V4, IoMode::Batched);
     let err = Socket::bind(addr_of(&a), Config::default()).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    assert_eq!(err.what(), neqo_udp::Refused::Bind(addr_of(&a)));
     assert!(err.to_string().contains(&addr_of(&a).to_string()), "{err}");
+    // Into an io::Error, as `?` makes it: the same kind, what and the OS error in its text.
+    let os = err.io_error().to_string();
+    let io = std::io::Error::from(err);
+    assert_eq!(io.kind(), std::io::ErrorKind::AddrInUse);
+    assert_eq!(io.to_string(), format!("binding UDP {}: {os}", addr_of(&a)));
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -581,6 +587,7 @@ async fn connected_sockets_are_refused() {
     s.connect("127.0.0.1:9").unwrap();
     let err = Socket::from_std(s, Config::default()).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(err.what(), neqo_udp::Refused::Connected);
     assert!(err.to_string().contains("connected"), "{err}");
 }
 

@@ -7,12 +7,13 @@ mod common;
 use std::{io, net::SocketAddr};
 
 use common::*;
-use neqo_udp::{MAX_GROUP_SOCKETS, Steering, bind_reuseport_group};
+use neqo_udp::{HashReason, MAX_GROUP_SOCKETS, Refused, Steering, bind_reuseport_group};
 
 #[test]
 fn count_out_of_range_is_refused() {
     for count in [0, MAX_GROUP_SOCKETS + 1] {
         let e = bind_reuseport_group(SocketAddr::new(V4, 0), count, None).unwrap_err();
+        assert_eq!(e.what(), Refused::GroupSize(count));
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         assert!(e.to_string().contains(&format!("not {count}")), "{e}");
     }
@@ -27,12 +28,12 @@ fn group_of_one_without_steering() {
     // A plain socket: a group of two cannot join it on its port.
     let e = bind_reuseport_group(addr, 2, None).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
-    assert_eq!(
-        group.steering,
-        Steering::Hash {
-            reason: "no steering asked for".into()
-        }
-    );
+    assert_eq!(e.what(), Refused::GroupPort(addr));
+    let Steering::Hash(reason) = &group.steering else {
+        panic!("{:?}", group.steering);
+    };
+    assert!(matches!(reason, HashReason::NotAsked), "{reason:?}");
+    assert_eq!(reason.to_string(), "no steering asked for");
 }
 
 /// With port 0 every socket gets the first one's port.
@@ -60,6 +61,7 @@ fn port_held_without_reuseport_is_refused() {
         let addr = holder.local_addr().unwrap();
         let e = bind_reuseport_group(addr, 2, None).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+        assert_eq!(e.what(), Refused::GroupPort(addr));
         let message = e.to_string();
         assert!(message.contains(&addr.to_string()), "{message}");
         assert!(message.contains("SO_REUSEPORT"), "{message}");
@@ -88,6 +90,21 @@ fn port_held_by_another_group_is_refused() {
 fn windows_refuses_groups() {
     let e = bind_reuseport_group(SocketAddr::new(V4, 0), 2, None).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+    assert_eq!(e.what(), Refused::Option("SO_REUSEPORT"));
+}
+
+/// Only Linux and Android have the steering program: elsewhere a group asked for it comes
+/// back with the kernel's hash, saying why.
+#[cfg(not(any(target_os = "linux", target_os = "android", windows)))]
+#[test]
+fn steering_is_unsupported_elsewhere() {
+    let steering = Some(neqo_udp::CidSteering::new(0));
+    let group = bind_reuseport_group(SocketAddr::new(V4, 0), 2, steering).unwrap();
+    assert!(
+        matches!(group.steering, Steering::Hash(HashReason::Unsupported)),
+        "{:?}",
+        group.steering
+    );
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -116,7 +133,11 @@ mod steering {
             Some(CidSteering::new(offset)),
         )
         .unwrap();
-        assert_eq!(group.steering, Steering::Cid(CidSteering::new(offset)));
+        assert!(
+            matches!(group.steering, Steering::Cid(c) if c == CidSteering::new(offset)),
+            "{:?}",
+            group.steering
+        );
         assert_eq!(group.sockets.len(), count);
         for s in &group.sockets {
             s.set_nonblocking(true).unwrap();

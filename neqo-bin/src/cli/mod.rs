@@ -82,7 +82,7 @@ pub use server::{ServerArgs, server_main};
 /// (a GSO run is at most 64) ACKs would only come from the 2 ms timer.
 const MAX_ACK_EVERY: u64 = 1000;
 
-fn parse_io(s: &str) -> Result<IoMode, String> {
+fn parse_io(s: &str) -> Result<IoMode, neqo_udp::ParseIoModeError> {
     s.parse()
 }
 

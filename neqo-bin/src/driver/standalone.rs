@@ -22,7 +22,7 @@ pub fn run_client<A: Application>(
         .block_on(async {
             let sockets = (0..sockets)
                 .map(|_| neqo_udp::Socket::bind(local, neqo_udp::Config::default()))
-                .collect::<io::Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>, _>>()?;
             Driver::new(sockets, None, true)
                 .run(app, std::future::pending())
                 .await

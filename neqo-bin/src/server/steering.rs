@@ -29,7 +29,7 @@ pub enum Steering {
 }
 
 /// The one line refusing `--steering bpf` where the kernel did not take the program.
-fn bpf_refused(workers: usize, addr: SocketAddr, reason: &str) -> String {
+fn bpf_refused(workers: usize, addr: SocketAddr, reason: &neqo_udp::HashReason) -> String {
     format!(
         "--steering bpf: datagrams cannot be steered to {workers} workers by connection ID on \
          {addr} ({reason}); use --steering auto or channel"
@@ -98,11 +98,11 @@ pub(super) fn bind(
     if fallback.is_none() {
         for addr in listen {
             let group = neqo_udp::bind_reuseport_group(*addr, workers, Some(cid))?;
-            if let neqo_udp::Steering::Hash { reason } = &group.steering {
+            if let neqo_udp::Steering::Hash(reason) = &group.steering {
                 if steering == Steering::Bpf {
                     bail!(bpf_refused(workers, *addr, reason));
                 }
-                fallback = Some(reason.clone());
+                fallback = Some(reason.to_string());
                 break;
             }
             addrs.push(group.local_addr()?);
@@ -149,7 +149,13 @@ mod tests {
         let m = super::bpf_refused(
             2,
             "127.0.0.1:4433".parse().unwrap(),
-            "attaching the CID steering program: Operation not permitted",
+            &neqo_udp::HashReason::Refused(neqo_udp::SetupError::new(
+                neqo_udp::Refused::SteeringProgram,
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "Operation not permitted",
+                ),
+            )),
         );
         assert!(m.starts_with("--steering bpf: "), "{m}");
         assert!(

@@ -20,6 +20,7 @@ use quinn_udp::{RecvMeta, UdpSocketState};
 use super::{Capabilities, Received, UdpSockRef};
 use crate::{
     config::{Config, RECV_SLOT_SIZE},
+    error::{Refused, SetupError},
     recv::SlotMeta,
     stats::RxDrop,
     transmit::{EcnCodepoint, Transmit},
@@ -42,14 +43,18 @@ fn quinn_sock<'a>(sock: &'a UdpSockRef<'_>) -> quinn_udp::UdpSockRef<'a> {
 pub(crate) fn new_platform(
     sock: UdpSockRef<'_>,
     config: &Config,
-) -> io::Result<(Platform, Capabilities)> {
+) -> Result<(Platform, Capabilities), SetupError> {
     if sock.with_socket2(|s| s.peer_addr().is_ok()) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a connected UDP socket is not supported",
+        return Err(SetupError::new(
+            Refused::Connected,
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ICMP errors would reach it as pending socket errors",
+            ),
         ));
     }
-    let state = UdpSocketState::new(quinn_sock(&sock))?;
+    let state =
+        UdpSocketState::new(quinn_sock(&sock)).map_err(SetupError::of(Refused::Platform))?;
     #[cfg(any(
         target_os = "macos",
         target_os = "ios",
@@ -102,7 +107,10 @@ pub(crate) fn set_reuse_port(sock: UdpSockRef<'_>) -> io::Result<()> {
     }
 }
 
-/// The CID steering program is Linux's `SO_ATTACH_REUSEPORT_CBPF`.
+/// The CID steering program is Linux's `SO_ATTACH_REUSEPORT_CBPF`: none here.
+pub(crate) const HAS_STEERING: bool = false;
+
+/// Not called where [`HAS_STEERING`] is false; says so if it is.
 pub(crate) fn attach_cid_steering(
     _sock: UdpSockRef<'_>,
     _offset: u8,

@@ -201,7 +201,7 @@ impl Relay {
                         Ok(s) => s,
                         Err(e) => {
                             let kind = e.kind();
-                            let _ = addr_tx.send(Err(e));
+                            let _ = addr_tx.send(Err(e.into()));
                             return Err(io::Error::new(kind, "relay failed to bind"));
                         }
                     };

@@ -28,10 +28,15 @@ use std::{
 
 use bytes::BytesMut;
 
-pub(crate) use reuseport::{attach_cid_steering, set_reuse_port};
+pub(crate) use reuseport::{HAS_STEERING, attach_cid_steering, set_reuse_port};
 
 use super::{Capabilities, Received, UdpSockRef};
-use crate::{config::Config, recv::SlotMeta, transmit::Transmit};
+use crate::{
+    config::Config,
+    error::{Refused, SetupError},
+    recv::SlotMeta,
+    transmit::Transmit,
+};
 
 /// Most segments one GSO send may carry (the kernel's `UDP_MAX_SEGMENTS` on every kernel
 /// since GSO was added; newer ones allow 128).
@@ -84,50 +89,56 @@ fn get_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Res
 
 /// Sets the options every socket gets (local address and ECN reporting, no fragmentation,
 /// no ICMP error reporting, kernel drop counts) and the offloads the config asks for.
-fn configure(sock: UdpSockRef<'_>, want_gso: bool, want_gro: bool) -> io::Result<Capabilities> {
+fn configure(
+    sock: UdpSockRef<'_>,
+    want_gso: bool,
+    want_gro: bool,
+) -> Result<Capabilities, SetupError> {
     let fd = sock.fd;
+    // Sets an option every socket needs; a refusal names it.
+    macro_rules! require {
+        ($level:ident, $name:ident, $value:expr) => {
+            set_opt(fd, libc::$level, libc::$name, $value)
+                .map_err(SetupError::of(Refused::Option(stringify!($name))))?
+        };
+    }
     let (local, dual_stack, connected) = sock.with_socket2(|s| {
-        let local = s.local_addr()?;
-        let dual_stack = !local.is_ipv4() && !s.only_v6()?;
-        io::Result::Ok((local, dual_stack, s.peer_addr().is_ok()))
+        let local = s.local_addr().map_err(SetupError::of(Refused::LocalAddr))?;
+        let dual_stack = !local.is_ipv4()
+            && !s
+                .only_v6()
+                .map_err(SetupError::of(Refused::Option("IPV6_V6ONLY")))?;
+        Ok::<_, SetupError>((local, dual_stack, s.peer_addr().is_ok()))
     })?;
     if connected {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a connected UDP socket is not supported: the kernel reports ICMP errors on it \
-             as pending socket errors, which any send or wake-up would then meet",
+        return Err(SetupError::new(
+            Refused::Connected,
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the kernel reports ICMP errors on it as pending socket errors, which any send \
+                 or wake-up would then meet",
+            ),
         ));
     }
     let is_v4 = local.is_ipv4();
-    use libc::{IPPROTO_IP, IPPROTO_IPV6, SOL_SOCKET};
     if is_v4 || dual_stack {
-        set_opt(fd, IPPROTO_IP, libc::IP_PKTINFO, 1)?;
-        set_opt(fd, IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+        require!(IPPROTO_IP, IP_PKTINFO, 1);
+        require!(IPPROTO_IP, IP_RECVTOS, 1);
         // Path MTU discovery by probing: never fragment, never lower the MTU on ICMP.
-        set_opt(
-            fd,
-            IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            libc::IP_PMTUDISC_PROBE,
-        )?;
+        require!(IPPROTO_IP, IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE);
         // Off even if a caller's socket had it on (see the module docs).
-        set_opt(fd, IPPROTO_IP, libc::IP_RECVERR, 0)?;
+        require!(IPPROTO_IP, IP_RECVERR, 0);
     }
     if !is_v4 {
-        set_opt(fd, IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
-        set_opt(fd, IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
-        set_opt(
-            fd,
-            IPPROTO_IPV6,
-            libc::IPV6_MTU_DISCOVER,
-            libc::IPV6_PMTUDISC_PROBE,
-        )?;
-        set_opt(fd, IPPROTO_IPV6, libc::IPV6_DONTFRAG, 1)?;
-        set_opt(fd, IPPROTO_IPV6, libc::IPV6_RECVERR, 0)?;
+        require!(IPPROTO_IPV6, IPV6_RECVPKTINFO, 1);
+        require!(IPPROTO_IPV6, IPV6_RECVTCLASS, 1);
+        require!(IPPROTO_IPV6, IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE);
+        require!(IPPROTO_IPV6, IPV6_DONTFRAG, 1);
+        require!(IPPROTO_IPV6, IPV6_RECVERR, 0);
     }
     // Kernel drop counter on every received datagram; an old kernel without it only costs
     // us the count.
-    if let Err(e) = set_opt(fd, SOL_SOCKET, libc::SO_RXQ_OVFL, 1) {
+    if let Err(e) = set_opt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1) {
         tracing::debug!("SO_RXQ_OVFL unavailable: {e}");
     }
     let gro = want_gro && set_opt(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
@@ -196,7 +207,7 @@ pub(crate) struct Platform;
 pub(crate) fn new_platform(
     sock: UdpSockRef<'_>,
     config: &Config,
-) -> io::Result<(Platform, Capabilities)> {
+) -> Result<(Platform, Capabilities), SetupError> {
     let caps = configure(sock, config.wants_gso(), config.wants_gro())?;
     Ok((Platform, caps))
 }

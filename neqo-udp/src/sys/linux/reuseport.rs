@@ -30,6 +30,9 @@ use crate::reuseport::{HANDSHAKE_TYPE, LONG_TYPE_MASK};
 
 use super::UdpSockRef;
 
+/// The steering program is attached with `SO_ATTACH_REUSEPORT_CBPF`.
+pub(crate) const HAS_STEERING: bool = true;
+
 /// The program's "no answer": an index no group has, so the kernel uses its hash.
 pub(crate) const FALLBACK: u32 = u32::MAX;
 
