@@ -17,6 +17,9 @@
 //!   hold as long as it likes without pinning the batch's buffers.
 //! - [`Transmit`]: a datagram or a GSO run to send, borrowed; [`TxQueue`]: owned transmits
 //!   waiting for the kernel, with a buffer pool, resuming exactly where a send stopped.
+//! - `quinn` (feature `quinn-proto`): conversions to and from quinn-proto's types (ECN
+//!   codepoints, transmits, received datagrams for `Endpoint::handle`), for an endpoint that
+//!   drives quinn-proto on these sockets.
 //! - [`bind_reuseport_group`]: one socket per worker thread on one address
 //!   (`SO_REUSEPORT`), with the kernel steering each datagram to its connection's worker by
 //!   a byte of the QUIC destination connection ID ([`CidSteering`], Linux).
@@ -95,6 +98,8 @@ mod error;
 pub mod fuzzing;
 mod path_mtu;
 mod queue;
+#[cfg(feature = "quinn-proto")]
+pub mod quinn;
 mod recv;
 mod reuseport;
 mod send;

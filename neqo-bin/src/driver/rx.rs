@@ -13,17 +13,6 @@ use super::{Admission, Application, Driver};
 /// as the socket stays ready. (`docs/performance.md` has the measurement.)
 const RECV_BUDGET: usize = 1;
 
-/// How a socket is to send quinn-proto's transmit.
-pub(super) fn header(t: &quinn_proto::Transmit) -> TransmitHeader {
-    TransmitHeader::new(t.destination)
-        .with_ecn(
-            t.ecn
-                .and_then(|e| neqo_udp::EcnCodepoint::from_bits(e as u8)),
-        )
-        .with_segment_size(t.segment_size)
-        .with_src_ip(t.src_ip)
-}
-
 impl Driver {
     /// Takes up to [`RECV_BUDGET`] batches from every path into the endpoint.
     ///
@@ -58,14 +47,8 @@ impl Driver {
     fn on_datagram<A: Application>(&mut self, app: &mut A, path: usize, d: Datagram, now: Instant) {
         let queue = &mut self.paths[path].queue;
         let mut buf = queue.take_buffer();
-        let ecn = d
-            .ecn
-            .and_then(|e| quinn_proto::EcnCodepoint::from_bits(e.bits()));
-        self.counters.rx_ecn.add(ecn, 1);
-        let event = self
-            .conns
-            .endpoint
-            .handle(now, d.source, d.destination, ecn, d.data, &mut buf);
+        self.counters.rx_ecn.add(d.ecn.map(Into::into), 1);
+        let event = neqo_udp::quinn::handle(&mut self.conns.endpoint, now, d, &mut buf);
         let mut retry = false;
         let response = match event {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
@@ -134,7 +117,7 @@ impl Driver {
                 self.counters.tx_ecn.add(t.ecn, 1);
                 let reply = buf[..t.size].to_vec();
                 p.queue.recycle(buf);
-                p.queue.push(reply, header(&t));
+                p.queue.push(reply, TransmitHeader::from(&t));
             }
             None => p.queue.recycle(buf),
         }

@@ -4,8 +4,12 @@
 
 use std::{io, time::Instant};
 
-use super::pacer::{BURST_DATAGRAMS, Pacer};
-use super::{Driver, rx::header};
+use neqo_udp::TransmitHeader;
+
+use super::{
+    Driver,
+    pacer::{BURST_DATAGRAMS, Pacer},
+};
 
 impl Driver {
     /// Polls ready connections for transmits and flushes them, until nothing more goes.
@@ -97,7 +101,7 @@ impl Driver {
                 self.counters.tx_ecn.add(t.ecn, datagrams);
                 self.counters.max_transmit_datagrams =
                     self.counters.max_transmit_datagrams.max(datagrams);
-                path.queue.push(buf, header(&t));
+                path.queue.push(buf, TransmitHeader::from(&t));
                 self.conns.make_ready(idx);
                 produced = true;
             } else {

@@ -8,7 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use neqo_udp::{Config, EcnCodepoint, MAX_UDP_PAYLOAD, Socket, TransmitHeader, TxQueue};
+use neqo_udp::{Config, MAX_UDP_PAYLOAD, Socket, TransmitHeader, TxQueue, quinn};
 use quinn_proto::{
     ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
     Event, ServerConfig, StreamEvent,
@@ -45,14 +45,8 @@ impl Side {
                 Err(e) => return Err(e),
             }
             for d in batch.datagrams() {
-                let ecn = d
-                    .ecn
-                    .and_then(|e| quinn_proto::EcnCodepoint::from_bits(e.bits()));
                 let mut response = self.queue.take_buffer();
-                match self
-                    .endpoint
-                    .handle(now, d.source, d.destination, ecn, d.data, &mut response)
-                {
+                match quinn::handle(&mut self.endpoint, now, d, &mut response) {
                     Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                         self.conns.get_mut(&ch).unwrap().handle_event(event);
                     }
@@ -115,11 +109,7 @@ impl Side {
 /// Queues quinn-proto's transmit, whose bytes are in `buf`.
 fn push(queue: &mut TxQueue, mut buf: Vec<u8>, t: &quinn_proto::Transmit) {
     buf.truncate(t.size);
-    let header = TransmitHeader::new(t.destination)
-        .with_ecn(t.ecn.and_then(|e| EcnCodepoint::from_bits(e as u8)))
-        .with_segment_size(t.segment_size)
-        .with_src_ip(t.src_ip);
-    queue.push(buf, header);
+    queue.push(buf, TransmitHeader::from(t));
 }
 
 fn crypto() -> (Arc<ServerConfig>, ClientConfig) {

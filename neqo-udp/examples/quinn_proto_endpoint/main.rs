@@ -3,7 +3,7 @@
 //! client opens a stream, sends a message, and the server echoes it back reversed.
 //!
 //! ```text
-//! cargo run --release -p neqo-udp --example quinn_proto_endpoint
+//! cargo run --release -p neqo-udp --features quinn-proto --example quinn_proto_endpoint
 //! ```
 //!
 //! The data flow is the one every endpoint on this crate has: kernel -> `Socket::recv` ->
