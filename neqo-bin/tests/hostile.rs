@@ -12,6 +12,10 @@
 //! What each test prints (`--nocapture`) is the figure behind the targets; what it
 //! asserts is behaviour and memory, never speed.
 
+// The authenticated client's helpers serve the tests that run only on Linux (`process`):
+// elsewhere they are built and unused.
+#![cfg_attr(not(target_os = "linux"), allow(dead_code, unused_imports))]
+
 #[path = "support/raw_client.rs"]
 mod raw_client;
 

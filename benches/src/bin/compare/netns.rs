@@ -5,7 +5,29 @@
 
 use std::{ffi::OsStr, process::Command, sync::OnceLock};
 
+#[cfg(target_os = "linux")]
 use test_fixtures::netns::Netns;
+
+/// Elsewhere there are no network namespaces: `--mtu` is refused, and this stand-in lets the
+/// rest build.
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug)]
+struct Netns;
+
+#[cfg(not(target_os = "linux"))]
+impl Netns {
+    fn create(_tag: &str) -> Result<Self, &'static str> {
+        Err("network namespaces are Linux's")
+    }
+
+    fn set_loopback_mtu(&self, _mtu: u32) -> Result<(), &'static str> {
+        Err("network namespaces are Linux's")
+    }
+
+    fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        Command::new(program)
+    }
+}
 
 /// The namespace the programs run in, once made; deleted by [`Link`]'s drop.
 static NAMESPACE: OnceLock<std::sync::Mutex<Option<Netns>>> = OnceLock::new();
