@@ -88,7 +88,7 @@ impl fmt::Display for Refused {
 /// has both.
 ///
 /// ```
-/// use neqo_udp::{Config, Refused, Socket, UdpSocketState};
+/// use neqo_udp::{Config, Refused, UdpSocketState};
 /// let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
 /// sock.connect("127.0.0.1:9").unwrap();
 /// let e = UdpSocketState::new((&sock).into(), Config::default()).unwrap_err();

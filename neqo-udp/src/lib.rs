@@ -2,8 +2,8 @@
 //!
 //! A QUIC connection state machine produces and consumes datagrams; this crate moves them
 //! between it and the kernel many per syscall: `recvmmsg` with GRO and `sendmmsg` with a
-//! per-message GSO segment size on Linux, `recvmsg_x` on Apple platforms (through quinn-udp),
-//! one datagram per syscall elsewhere. [`IoMode::Single`] is the same socket moving one
+//! per-message GSO segment size on Linux and Android, `recvmsg_x` on Apple platforms (through
+//! quinn-udp), one datagram per syscall elsewhere. [`IoMode::Single`] is the same socket moving one
 //! datagram per syscall, the baseline to compare against. Counters of everything it did are
 //! always on ([`Stats`]). (An io_uring mode was built, measured slower than `recvmmsg`/
 //! `sendmmsg` and removed; its figures are in `docs/io_uring.md` in the repository.)
@@ -22,12 +22,18 @@
 //!   drives quinn-proto on these sockets.
 //! - [`bind_reuseport_group`]: one socket per worker thread on one address
 //!   (`SO_REUSEPORT`), with the kernel steering each datagram to its connection's worker by
-//!   a byte of the QUIC destination connection ID ([`CidSteering`], Linux).
+//!   a byte of the QUIC destination connection ID ([`CidSteering`], Linux and Android).
+//!
+//! # Features
+//!
+//! - `tokio` (on by default): [`Socket`]. Without it the crate needs no runtime.
+//! - `quinn-proto` (off by default): the `quinn` module, for quinn-proto 0.11 (its types
+//!   only: it brings no crypto provider).
 //!
 //! # Worker sockets steered by connection ID
 //!
 //! [`bind_reuseport_group`] binds `count` sockets to one address with `SO_REUSEPORT` and, on
-//! Linux, attaches a classic BPF program to the group (`SO_ATTACH_REUSEPORT_CBPF`). For each
+//! Linux and Android, attaches a classic BPF program to the group (`SO_ATTACH_REUSEPORT_CBPF`). For each
 //! datagram whose destination connection ID (DCID) the server chose (a short header, from
 //! byte 1; a Handshake packet, from byte 6, byte 5 being its length) the program reads the
 //! byte at [`CidSteering::offset`] of the DCID and returns `byte % count`, the index of the
@@ -70,13 +76,16 @@
 //! and connected sockets are refused, so the kernel never fails a send with someone else's
 //! error, nor wakes a sender for one.
 //!
-//! # Example
+//! # Examples
+//!
+//! With tokio (feature `tokio`): a GSO run out, a batch in.
 //!
 //! ```no_run
-//! # async fn demo() -> std::io::Result<()> {
+//! # #[cfg(feature = "tokio")]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use neqo_udp::{Config, Socket, Transmit};
-//! let socket = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default())?;
-//! let peer = "127.0.0.1:4433".parse().unwrap();
+//! let socket = Socket::bind("127.0.0.1:0".parse()?, Config::default())?;
+//! let peer = "127.0.0.1:4433".parse()?;
 //! let payload = [0u8; 3600];
 //! // One transmit, three 1200-byte datagrams on the wire (GSO).
 //! let run = Transmit::new(peer, &payload).with_segment_size(Some(1200));
@@ -89,7 +98,43 @@
 //! println!("{} datagrams, kernel drops so far {}", got.datagrams, got.kernel_drops);
 //! # Ok(()) }
 //! ```
+//!
+//! Without a runtime: [`UdpSocketState`] on std sockets, which the caller waits on.
+//!
+//! ```
+//! use std::{io, net::UdpSocket, thread, time::Duration};
+//!
+//! use neqo_udp::{Config, Transmit, UdpSocketState};
+//!
+//! let (a, b) = (UdpSocket::bind("127.0.0.1:0")?, UdpSocket::bind("127.0.0.1:0")?);
+//! // The calls never wait; on a blocking socket a batch receive would wait for a full batch.
+//! a.set_nonblocking(true)?;
+//! b.set_nonblocking(true)?;
+//! let sender = UdpSocketState::new((&a).into(), Config::default())?;
+//! let receiver = UdpSocketState::new((&b).into(), Config::default())?;
+//! let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+//! let run = Transmit::new(b.local_addr()?, &payload).with_segment_size(Some(1200));
+//! sender.send((&a).into(), &[run])?;
+//! let mut batch = receiver.recv_batch();
+//! let mut got = Vec::new();
+//! for _ in 0..1000 {
+//!     match receiver.recv((&b).into(), &mut batch) {
+//!         Ok(_) => got.extend(batch.datagrams().map(|d| d.data.len())),
+//!         // An event loop waits for readiness (epoll, kqueue, mio...); this one sleeps.
+//!         Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(1)),
+//!         Err(e) => return Err(e.into()),
+//!     }
+//!     if got.len() == 3 {
+//!         break;
+//!     }
+//! }
+//! assert_eq!(got, [1200, 1200, 600]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![warn(missing_docs)]
+// The docs link to `Socket` throughout; without tokio it does not exist and the links show as
+// plain text. The docs built with default features (and with all) check every link.
+#![cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
 
 mod bind;
 mod config;
