@@ -591,6 +591,25 @@ async fn connected_sockets_are_refused() {
     assert!(err.to_string().contains("connected"), "{err}");
 }
 
+/// A socket that cannot take the options every socket gets is refused, naming the option:
+/// here a Unix datagram socket, which has no IPv6 options to read.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[test]
+fn a_refused_option_is_named() {
+    let (sock, _peer) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let err = neqo_udp::UdpSocketState::new((&sock).into(), Config::default()).unwrap_err();
+    assert_eq!(
+        err.what(),
+        neqo_udp::Refused::Option("IPV6_V6ONLY"),
+        "{err:?}"
+    );
+    assert!(
+        err.io_error().raw_os_error().is_some(),
+        "the OS error: {err:?}"
+    );
+    assert_eq!(err.to_string(), "socket option IPV6_V6ONLY");
+}
+
 /// A caller's socket with more receive options on (timestamps, TTL, original destination)
 /// gets more control messages per datagram: they must not push out the GRO segment size,
 /// ECN or destination address. With a control buffer sized for ours alone, the kernel cut
