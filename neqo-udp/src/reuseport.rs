@@ -103,7 +103,7 @@ pub enum Steering {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum HashReason {
-    /// None was asked for (or the group has one socket, which needs none).
+    /// None was asked for.
     NotAsked,
     /// The platform has no steering program (all but Linux and Android).
     Unsupported,
