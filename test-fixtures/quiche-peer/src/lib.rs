@@ -192,9 +192,9 @@ async fn send_all(
         };
         let transmits: Vec<Transmit<'_>> = runs
             .iter()
-            .map(|&(start, len, seg)| Transmit {
-                segment_size: (len > seg).then_some(seg),
-                ..Transmit::new(to, &area[start..start + len])
+            .map(|&(start, len, seg)| {
+                Transmit::new(to, &area[start..start + len])
+                    .with_segment_size((len > seg).then_some(seg))
             })
             .collect();
         socket.send_all(&transmits).await?;
