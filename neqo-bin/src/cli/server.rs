@@ -93,6 +93,10 @@ pub struct ServerArgs {
     /// (0.1 to 86400; default: never).
     #[arg(long, allow_negative_numbers = true)]
     pub cid_lifetime: Option<f64>,
+    /// Serve the counters for Prometheus (OpenMetrics text, `GET /metrics`) on this TCP
+    /// address, e.g. 127.0.0.1:9464; each worker's at most a second old.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
     #[command(flatten)]
     pub io: IoArgs,
 }
@@ -286,6 +290,7 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         steering: args.steering,
         server_id: args.server_id()?,
         cid_lifetime: args.cid_lifetime()?,
+        metrics: args.metrics,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

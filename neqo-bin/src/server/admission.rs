@@ -111,6 +111,69 @@ pub struct AdmissionCounters {
     pub handshake_timeouts: u64,
     /// Handshakes evicted from a full table to make room for another source's newcomer.
     pub evicted_half_open: u64,
+    /// How long the completed handshakes took, from accepting the connection.
+    pub handshakes: HandshakeTimes,
+}
+
+/// The upper bounds of [`HandshakeTimes`]'s buckets, in milliseconds (the last bucket counts
+/// what is longer).
+pub const HANDSHAKE_BUCKETS_MS: [u64; 12] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
+
+/// Handshake durations, counted in buckets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HandshakeTimes {
+    /// Handshakes completed.
+    pub count: u64,
+    /// Their durations added up, in microseconds.
+    pub sum_us: u64,
+    /// Bucket `i` counts the handshakes longer than bucket `i - 1`'s bound and at most
+    /// [`HANDSHAKE_BUCKETS_MS`]`[i]`; the last one those longer than every bound.
+    pub buckets: [u64; HANDSHAKE_BUCKETS_MS.len() + 1],
+}
+
+impl HandshakeTimes {
+    fn observe(&mut self, took: std::time::Duration) {
+        self.count += 1;
+        self.sum_us += u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let ms = took.as_secs_f64() * 1000.0;
+        #[expect(clippy::cast_precision_loss, reason = "bounds of a few thousand")]
+        let i = HANDSHAKE_BUCKETS_MS
+            .iter()
+            .position(|&b| ms <= b as f64)
+            .unwrap_or(HANDSHAKE_BUCKETS_MS.len());
+        self.buckets[i] += 1;
+    }
+
+    const fn add(&mut self, other: &Self) {
+        self.count += other.count;
+        self.sum_us += other.sum_us;
+        let mut i = 0;
+        while i < self.buckets.len() {
+            self.buckets[i] += other.buckets[i];
+            i += 1;
+        }
+    }
+
+    /// As a histogram in seconds, for the metrics endpoint.
+    #[expect(clippy::cast_precision_loss, reason = "figures, not counts")]
+    pub(super) fn histogram(&self) -> super::metrics::Buckets {
+        let buckets = self
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let upper = HANDSHAKE_BUCKETS_MS
+                    .get(i)
+                    .map_or(f64::INFINITY, |&ms| ms as f64 / 1000.0);
+                (upper, n)
+            })
+            .collect();
+        super::metrics::Buckets {
+            sum: self.sum_us as f64 / 1e6,
+            count: self.count,
+            buckets,
+        }
+    }
 }
 
 impl AdmissionCounters {
@@ -122,6 +185,7 @@ impl AdmissionCounters {
         self.refused_full += other.refused_full;
         self.handshake_timeouts += other.handshake_timeouts;
         self.evicted_half_open += other.evicted_half_open;
+        self.handshakes.add(&other.handshakes);
     }
 }
 
@@ -207,9 +271,14 @@ impl Gate {
         self.ledger.accepted(self.worker, ch, source);
     }
 
-    /// Its handshake completed.
-    pub(super) fn connected(&mut self, ch: ConnectionHandle) {
-        self.no_longer_half_open(ch);
+    /// Its handshake completed at `now`.
+    pub(super) fn connected(&mut self, ch: ConnectionHandle, now: Instant) {
+        if let Some(deadline) = self.no_longer_half_open(ch) {
+            let accepted = deadline - self.limits.handshake_timeout;
+            self.counters
+                .handshakes
+                .observe(now.saturating_duration_since(accepted));
+        }
     }
 
     /// It is lost, whatever its state (it stays open until drained).
@@ -225,12 +294,13 @@ impl Gate {
         }
     }
 
-    fn no_longer_half_open(&mut self, ch: ConnectionHandle) {
-        if self.half_open.remove(&ch).is_some()
-            && let Some(&source) = self.sources.get(&ch)
-        {
+    /// Takes `ch` out of the half-open ones; its handshake deadline if it was one.
+    fn no_longer_half_open(&mut self, ch: ConnectionHandle) -> Option<Instant> {
+        let deadline = self.half_open.remove(&ch)?;
+        if let Some(&source) = self.sources.get(&ch) {
             self.ledger.handshake_done(self.worker, ch, source);
         }
+        Some(deadline)
     }
 
     /// The half-open connections to close by `now`, no longer tracked: those whose handshake
@@ -316,7 +386,7 @@ mod tests {
         }
         assert_eq!(g.admit(src(9), false, now), Decision::Retry);
         assert_eq!(g.admit(src(9), true, now), Decision::Accept);
-        g.connected(ConnectionHandle(0));
+        g.connected(ConnectionHandle(0), now);
         assert_eq!(
             g.admit(src(9), false, now),
             Decision::Accept,
@@ -368,14 +438,14 @@ mod tests {
             Decision::RefuseHalfOpen,
             "the source filling the table evicts none of its own"
         );
-        g.connected(ConnectionHandle(0));
+        g.connected(ConnectionHandle(0), now);
         assert_eq!(
             g.admit(src(1), true, now),
             Decision::Accept,
             "one half-open"
         );
         g.accepted(ConnectionHandle(2), src(1), now);
-        g.connected(ConnectionHandle(2));
+        g.connected(ConnectionHandle(2), now);
         assert_eq!(g.admit(src(2), true, now), Decision::RefuseFull);
         let c = g.counters();
         assert_eq!((c.refused_half_open, c.refused_full), (1, 1));
@@ -461,10 +531,10 @@ mod tests {
             Decision::RefuseHalfOpen,
             "3 over both"
         );
-        a.connected(ConnectionHandle(0));
+        a.connected(ConnectionHandle(0), now);
         assert_eq!(b.admit(src(1), true, now), Decision::Accept);
         b.accepted(ConnectionHandle(1), src(1), now);
-        a.connected(ConnectionHandle(1));
+        a.connected(ConnectionHandle(1), now);
         assert_eq!(
             a.admit(src(1), true, now),
             Decision::RefuseFull,
@@ -482,12 +552,36 @@ mod tests {
         assert_eq!(a.admit(src(1), true, now), Decision::Accept);
     }
 
+    /// A completed handshake is counted in the bucket of its duration from accept; one that
+    /// ends otherwise is not counted.
+    #[test]
+    fn handshake_durations_are_counted_in_buckets() {
+        let (mut g, now) = gate(|_| {});
+        g.accepted(ConnectionHandle(0), src(1), now);
+        g.accepted(ConnectionHandle(1), src(1), now);
+        g.accepted(ConnectionHandle(2), src(1), now);
+        g.connected(ConnectionHandle(0), now + Duration::from_millis(3));
+        g.connected(ConnectionHandle(1), now + Duration::from_secs(7));
+        g.gone(ConnectionHandle(2));
+        g.connected(ConnectionHandle(2), now + Duration::from_millis(1));
+        let h = g.counters().handshakes;
+        assert_eq!((h.count, h.sum_us), (2, 7_003_000));
+        let mut want = [0; HANDSHAKE_BUCKETS_MS.len() + 1];
+        want[2] = 1; // 3 ms: above 2, at most 5
+        want[HANDSHAKE_BUCKETS_MS.len()] = 1; // 7 s: above every bound
+        assert_eq!(h.buckets, want);
+        let hist = h.histogram();
+        assert_eq!(hist.count, 2);
+        assert_eq!(hist.buckets[2], (0.005, 1));
+        assert_eq!(hist.buckets.last().unwrap().0, f64::INFINITY);
+    }
+
     #[test]
     fn handshakes_time_out() {
         let (mut g, now) = gate(|l| l.handshake_timeout = Duration::from_secs(2));
         g.accepted(ConnectionHandle(0), src(1), now);
         g.accepted(ConnectionHandle(1), src(1), now + Duration::from_secs(1));
-        g.connected(ConnectionHandle(1));
+        g.connected(ConnectionHandle(1), now);
         g.accepted(ConnectionHandle(2), src(1), now + Duration::from_secs(1));
         assert_eq!(g.next_expiry(now), Some(now + Duration::from_secs(2)));
         assert!(g.expired(now + Duration::from_millis(1999)).is_empty());

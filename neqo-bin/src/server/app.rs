@@ -17,6 +17,7 @@ use super::{
     budget::{NoWindow, Windows},
     configs::QlogConfigs,
     ledger::Ledger,
+    metrics::{Board, PUBLISH_EVERY},
     requests::Requests,
 };
 use crate::driver::{Admission, Application, Driver};
@@ -33,6 +34,8 @@ pub(super) struct ServerApp {
     pub(super) report: ServerReport,
     next_stats: Instant,
     started: Instant,
+    /// With `--metrics`: where to publish the report, and when next.
+    board: Option<(Arc<Board>, Instant)>,
 }
 
 impl ServerApp {
@@ -44,6 +47,7 @@ impl ServerApp {
         base: Arc<quinn_proto::ServerConfig>,
         config: ServerConfig,
         ledger: Arc<Ledger>,
+        board: Option<Arc<Board>>,
         now: Instant,
     ) -> Self {
         Self {
@@ -56,6 +60,7 @@ impl ServerApp {
             report: ServerReport::default(),
             next_stats: now,
             started: now,
+            board: board.map(|b| (b, now)),
         }
     }
 }
@@ -106,13 +111,13 @@ impl Application for ServerApp {
         self.requests.accepted(ch);
     }
 
-    fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, _now: Instant) {
+    fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {
         if !self.requests.serves(ch) {
             return;
         }
         let report = &mut self.report;
         match event {
-            Event::Connected => self.gate.connected(ch),
+            Event::Connected => self.gate.connected(ch, now),
             Event::ConnectionLost { reason } => {
                 tracing::debug!("connection {ch:?} lost: {reason}");
                 self.gate.gone(ch);
@@ -162,7 +167,16 @@ impl Application for ServerApp {
         self.report.admission = self.gate.counters();
         self.report.receive_budget = self.config.budget.bytes;
         self.report.receive_windows = self.windows.granted_bytes();
-        let expiry = self.gate.next_expiry(now);
+        let mut expiry = self.gate.next_expiry(now);
+        if let Some((board, next)) = &mut self.board {
+            if now >= *next {
+                let mut r = self.report.clone();
+                r.fill(driver, 0);
+                board.publish(self.worker, r);
+                *next = now + PUBLISH_EVERY;
+            }
+            expiry = Some(expiry.map_or(*next, |e| e.min(*next)));
+        }
         let Some(interval) = self.config.stats_interval else {
             return expiry;
         };

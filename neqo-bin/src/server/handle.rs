@@ -14,6 +14,7 @@ pub struct ServerHandle {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<anyhow::Result<ServerReport>>>,
     ledger: Arc<Ledger>,
+    metrics: Option<SocketAddr>,
 }
 
 impl ServerHandle {
@@ -43,6 +44,7 @@ impl ServerHandle {
                         server.local_addrs(),
                         server.certificate().to_vec(),
                         server.ledger(),
+                        server.metrics_addr(),
                     )));
                     server
                         .run(async move {
@@ -52,12 +54,13 @@ impl ServerHandle {
                 })
             })?;
         match ready_rx.recv() {
-            Ok(Ok((addrs, certificate, ledger))) => Ok(Self {
+            Ok(Ok((addrs, certificate, ledger, metrics))) => Ok(Self {
                 addrs,
                 certificate,
                 stop: Some(stop),
                 thread: Some(thread),
                 ledger,
+                metrics,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -68,6 +71,12 @@ impl ServerHandle {
                 _ => Err(anyhow::anyhow!("server thread died")),
             },
         }
+    }
+
+    /// Where the metrics endpoint listens, with [`ServerConfig::metrics`].
+    #[must_use]
+    pub const fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
     }
 
     /// The first bound address.

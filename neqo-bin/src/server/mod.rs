@@ -32,6 +32,7 @@ mod dispatch;
 mod handle;
 mod keys;
 mod ledger;
+mod metrics;
 mod report;
 mod requests;
 mod served_thread;
@@ -105,6 +106,8 @@ pub struct ServerConfig {
     /// Each connection ID is retired and replaced after this long; `None`: kept for the
     /// connection's life.
     pub cid_lifetime: Option<Duration>,
+    /// Serve the counters for Prometheus on this TCP address (`--metrics`).
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -126,6 +129,7 @@ impl Default for ServerConfig {
             steering: Steering::Auto,
             server_id: None,
             cid_lifetime: None,
+            metrics: None,
         }
     }
 }
@@ -165,6 +169,8 @@ pub struct Server {
     workers: Workers,
     addrs: Vec<SocketAddr>,
     certificate: Vec<CertificateDer<'static>>,
+    /// Dropped after the workers: a scrape never finds them half gone.
+    metrics: Option<metrics::MetricsServer>,
 }
 
 impl Server {
@@ -208,6 +214,15 @@ impl Server {
         };
         server_config.transport_config(Arc::new(shared.transport("server")?));
         server_config.token_key(config.keys.token.clone());
+        let ledger = Arc::new(ledger::Ledger::default());
+        let board = config
+            .metrics
+            .map(|_| Arc::new(metrics::Board::new(config.workers, ledger.clone())));
+        // Refused at start, before anything else binds, if it cannot listen.
+        let metrics = match (config.metrics, &board) {
+            (Some(addr), Some(board)) => Some(metrics::MetricsServer::start(addr, board.clone())?),
+            _ => None,
+        };
         let sockets = steering::bind(&config.listen, &layout, config.steering)?;
         let addrs = sockets.addrs.clone();
         let workers = Workers::start(
@@ -216,14 +231,16 @@ impl Server {
                 root: root.map(Arc::from),
                 server_config: Arc::new(server_config),
                 layout,
-                ledger: Arc::default(),
+                ledger,
                 config,
+                board,
             },
         )?;
         Ok(Self {
             workers,
             addrs,
             certificate: identity.chain,
+            metrics,
         })
     }
 
@@ -237,6 +254,14 @@ impl Server {
     #[must_use]
     pub fn certificate(&self) -> &[CertificateDer<'static>] {
         &self.certificate
+    }
+
+    /// Where the metrics endpoint listens, with [`ServerConfig::metrics`].
+    #[must_use]
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+            .as_ref()
+            .map(metrics::MetricsServer::local_addr)
     }
 
     /// How datagrams reach the workers.

@@ -36,6 +36,8 @@ pub(super) struct Shared {
     pub(super) layout: CidLayout,
     pub(super) ledger: Arc<Ledger>,
     pub(super) config: ServerConfig,
+    /// With `--metrics`, where the workers publish their reports.
+    pub(super) board: Option<Arc<super::metrics::Board>>,
 }
 
 /// What a worker receives and sends through, before its runtime wraps it.
@@ -85,6 +87,7 @@ impl Worker {
             shared.server_config.clone(),
             config,
             shared.ledger.clone(),
+            shared.board.clone(),
             Instant::now(),
         );
         Ok(Self { driver, app })

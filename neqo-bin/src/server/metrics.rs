@@ -1,0 +1,436 @@
+//! `--metrics ADDR`: what the server's JSON report carries, live, in the OpenMetrics text
+//! format Prometheus scrapes (`prometheus-client` writes it), over HTTP on a TCP address.
+//!
+//! - Per worker, labelled `worker`: what each worker's report counts (connections accepted
+//!   and refused by reason, Retries, handshakes and their durations, requests, bytes and
+//!   datagrams each way, drops by reason, the receive windows granted), and histograms of
+//!   datagrams per syscall each way and of handshake durations. `sum()` over `worker` gives
+//!   the server's.
+//! - Server-wide, without a label: what the workers count together (connections open and
+//!   half-open, the sources holding them) and the receive budget.
+//!
+//! Each worker publishes its report to the [`Board`] at most every [`PUBLISH_EVERY`] (its
+//! turns are where its counts live; a scrape does not wait for them), so a scrape is at most
+//! that stale. The endpoint answers one request at a time, `GET /metrics` only, within a
+//! short read timeout and a small request size: it is for a scraper on a trusted network,
+//! and anything else gets an error status, never a wait.
+
+use std::{
+    fmt::Write as _,
+    io::{self, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use prometheus_client::{
+    encoding::{EncodeMetric, MetricEncoder, NoLabelSet},
+    metrics::{MetricType, TypedMetric, counter::Counter, gauge::Gauge},
+    registry::{Registry, Unit},
+};
+
+use super::{ServerReport, ledger::Ledger};
+
+/// How often a worker publishes its report at most.
+pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+
+/// The most bytes of a request's head the endpoint reads.
+const MAX_REQUEST: usize = 4096;
+
+/// How long the endpoint waits for a request's head, or to write its answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long it reads what is left of a request it refused before it closes.
+const LINGER: Duration = Duration::from_millis(200);
+
+/// The latest reports of the workers, and the server-wide counts.
+#[derive(Debug)]
+pub(super) struct Board {
+    workers: Vec<Mutex<Option<ServerReport>>>,
+    ledger: Arc<Ledger>,
+}
+
+impl Board {
+    pub(super) fn new(workers: usize, ledger: Arc<Ledger>) -> Self {
+        Self {
+            workers: (0..workers).map(|_| Mutex::new(None)).collect(),
+            ledger,
+        }
+    }
+
+    /// Worker `worker`'s report as of now.
+    pub(super) fn publish(&self, worker: usize, report: ServerReport) {
+        if let Some(slot) = self.workers.get(worker) {
+            *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(report);
+        }
+    }
+
+    /// The exposition of everything published.
+    pub(super) fn render(&self) -> String {
+        let mut registry = Registry::with_prefix("neqo_server");
+        let gauge = |v: u64| {
+            let g: Gauge = Gauge::default();
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+            g
+        };
+        registry.register(
+            "connections_open",
+            "Connections accepted and not yet drained, over all workers",
+            gauge(self.ledger.open() as u64),
+        );
+        registry.register(
+            "connections_half_open",
+            "Handshakes in progress, over all workers",
+            gauge(self.ledger.half_open() as u64),
+        );
+        registry.register(
+            "connections_peak_open",
+            "The most connections open at once",
+            gauge(self.ledger.peak_open() as u64),
+        );
+        registry.register(
+            "connections_peak_half_open",
+            "The most handshakes in progress at once",
+            gauge(self.ledger.peak_half_open() as u64),
+        );
+        let reports: Vec<Option<ServerReport>> = self
+            .workers
+            .iter()
+            .map(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            .collect();
+        // The TLS counters are the process's: the same in every worker's report.
+        if let Some(tls) = reports.iter().flatten().map(|r| r.tls).next_back() {
+            for (name, help, v) in [
+                (
+                    "tls_full_handshakes",
+                    "TLS handshakes without resumption",
+                    tls.full_handshakes,
+                ),
+                (
+                    "tls_tickets_redeemed",
+                    "Session tickets redeemed (resumptions)",
+                    tls.tickets_redeemed,
+                ),
+                (
+                    "tls_zero_rtt_accepted",
+                    "Connections whose 0-RTT data was accepted",
+                    tls.zero_rtt_accepted,
+                ),
+                ("tls_key_updates", "Key updates", tls.key_updates),
+            ] {
+                registry.register(name, help, counter(v));
+            }
+        }
+        for (w, r) in reports.iter().enumerate() {
+            let Some(r) = r else {
+                continue;
+            };
+            let sub = registry.sub_registry_with_label(("worker".into(), w.to_string().into()));
+            register_worker(sub, r);
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}
+
+fn counter(v: u64) -> Counter {
+    let c: Counter = Counter::default();
+    c.inc_by(v);
+    c
+}
+
+/// One worker's report as metrics.
+fn register_worker(r: &mut Registry, report: &ServerReport) {
+    let d = &report.driver;
+    let a = &report.admission;
+    let s = &report.socket;
+    for (name, help, v) in [
+        ("connections_accepted", "Connections accepted", d.accepted),
+        ("retries", "Retry packets sent", d.retries),
+        (
+            "handshake_timeouts",
+            "Handshakes given up at their timeout",
+            a.handshake_timeouts,
+        ),
+        (
+            "evicted_half_open",
+            "Handshakes evicted for another source's newcomer",
+            a.evicted_half_open,
+        ),
+        ("requests", "Requests answered completely", report.requests),
+        (
+            "requests_refused",
+            "Requests refused or reset",
+            report.refused_requests,
+        ),
+        (
+            "stateless_dropped",
+            "Replies no connection owns dropped at a full queue",
+            d.stateless_dropped,
+        ),
+        (
+            "kernel_drops",
+            "Datagrams the kernel dropped at the sockets",
+            s.kernel_drops,
+        ),
+        (
+            "lost_packets",
+            "Packets the connections declared lost",
+            report.lost_packets,
+        ),
+    ] {
+        r.register(name, help, counter(v));
+    }
+    for (name, help, v) in [
+        ("response", "Response bytes written", report.bytes_sent),
+        ("request", "Request bytes read", report.bytes_received),
+    ] {
+        r.register_with_unit(name, help, Unit::Bytes, counter(v));
+    }
+    let refused = r.sub_registry_with_prefix("refused");
+    for (reason, v) in [
+        ("half_open", a.refused_half_open),
+        ("full", a.refused_full),
+        ("budget", report.refused_budget),
+        ("source_share", report.refused_source_share),
+    ] {
+        refused
+            .sub_registry_with_label(("reason".into(), reason.into()))
+            .register("connections", "Connections refused, by reason", counter(v));
+    }
+    for (dir, d) in [("rx", &s.rx), ("tx", &s.tx)] {
+        let sub = r.sub_registry_with_label(("direction".into(), dir.into()));
+        sub.register(
+            "datagrams",
+            "Datagrams the sockets moved",
+            counter(d.datagrams),
+        );
+        sub.register(
+            "syscalls",
+            "Syscalls that moved datagrams",
+            counter(d.syscalls),
+        );
+        sub.register_with_unit(
+            "udp_payload",
+            "UDP payload the sockets moved",
+            Unit::Bytes,
+            counter(d.bytes),
+        );
+        sub.register(
+            "datagrams_per_syscall",
+            "Datagrams each syscall moved",
+            per_syscall(d),
+        );
+    }
+    let tx = &s.tx_dropped;
+    for (reason, v) in [
+        ("msg_size", tx.msg_size),
+        ("no_buffers", tx.no_buffers),
+        ("unreachable", tx.unreachable),
+        ("other", tx.other),
+    ] {
+        r.sub_registry_with_label(("reason".into(), reason.into()))
+            .register(
+                "tx_dropped",
+                "Datagrams dropped on send, by reason",
+                counter(v),
+            );
+    }
+    let rx = &s.rx_dropped;
+    for (reason, v) in [
+        ("truncated", rx.truncated),
+        ("ctrunc", rx.ctrunc),
+        ("empty", rx.empty),
+        ("other", rx.other),
+    ] {
+        r.sub_registry_with_label(("reason".into(), reason.into()))
+            .register(
+                "rx_dropped",
+                "Datagrams dropped on receive, by reason",
+                counter(v),
+            );
+    }
+    let windows: Gauge = Gauge::default();
+    windows.set(i64::try_from(report.receive_windows).unwrap_or(i64::MAX));
+    r.register_with_unit(
+        "receive_windows",
+        "Receive windows granted, summed",
+        Unit::Bytes,
+        windows,
+    );
+    let budget: Gauge = Gauge::default();
+    budget.set(i64::try_from(report.receive_budget).unwrap_or(i64::MAX));
+    r.register_with_unit(
+        "receive_budget",
+        "The worker's share of the receive budget",
+        Unit::Bytes,
+        budget,
+    );
+    r.register_with_unit(
+        "handshake_duration",
+        "From accepting a connection to its handshake's end",
+        Unit::Seconds,
+        a.handshakes.histogram(),
+    );
+}
+
+/// A histogram whose buckets are counted already: `(upper bound, count in that bucket)`.
+#[derive(Debug)]
+pub(super) struct Buckets {
+    pub(super) sum: f64,
+    pub(super) count: u64,
+    pub(super) buckets: Vec<(f64, u64)>,
+}
+
+impl TypedMetric for Buckets {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Buckets {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// The sockets' datagrams-per-syscall buckets (powers of two) as a histogram.
+fn per_syscall(d: &neqo_udp::DirectionStats) -> Buckets {
+    let last = d.per_syscall.len() - 1;
+    let buckets = d
+        .per_syscall
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let upper = if i == last {
+                f64::INFINITY
+            } else {
+                f64::from((2u32 << i) - 1)
+            };
+            (upper, n)
+        })
+        .collect();
+    #[expect(clippy::cast_precision_loss, reason = "a figure, not a count")]
+    Buckets {
+        sum: d.datagrams as f64,
+        count: d.syscalls,
+        buckets,
+    }
+}
+
+/// The endpoint: a thread answering scrapes until dropped.
+#[derive(Debug)]
+pub(super) struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Binds `addr` and serves `board` there.
+    ///
+    /// # Errors
+    /// The bind error, naming the flag.
+    pub(super) fn start(addr: SocketAddr, board: Arc<Board>) -> anyhow::Result<Self> {
+        let listener =
+            TcpListener::bind(addr).with_context(|| format!("--metrics {addr}: cannot listen"))?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("neqo-server-metrics".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if stopped.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if let Ok(stream) = stream
+                        && let Err(e) = answer(stream, &board)
+                    {
+                        tracing::debug!("metrics request: {e}");
+                    }
+                }
+            })?;
+        Ok(Self {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Where it listens.
+    pub(super) const fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // The thread waits in accept: one connection wakes it to see the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Reads one request's head (bounded in size and time) and answers it.
+fn answer(mut stream: TcpStream, board: &Board) -> io::Result<()> {
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 512];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_REQUEST {
+            respond(&mut stream, "431 Request Header Fields Too Large", "", "")?;
+            // Closing with unread input would reset the connection before the client reads
+            // the answer: end our side, and take a bounded part of the rest first.
+            stream.shutdown(std::net::Shutdown::Write)?;
+            stream.set_read_timeout(Some(LINGER))?;
+            let _ = io::copy(&mut (&mut stream).take(64 << 10), &mut io::sink());
+            return Ok(());
+        }
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, path) = (parts.next(), parts.next());
+    match (method, path) {
+        (Some(b"GET"), Some(b"/metrics")) => respond(
+            &mut stream,
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            &board.render(),
+        ),
+        (Some(b"GET"), _) => respond(&mut stream, "404 Not Found", "", ""),
+        _ => respond(&mut stream, "405 Method Not Allowed", "", ""),
+    }
+}
+
+fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str) -> io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if !content_type.is_empty() {
+        let _ = write!(head, "Content-Type: {content_type}\r\n");
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    stream.flush()
+}

@@ -1,0 +1,163 @@
+//! `neqo-server --metrics`: the endpoint scraped during a transfer (the counts move), once
+//! it is over (they agree with the JSON report), and with what a scraper should not send;
+//! an address it cannot listen on refuses the start.
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    time::{Duration, Instant},
+};
+
+use common::url;
+use neqo_bin::{
+    client::{self, ClientConfig},
+    server::{ServerConfig, ServerHandle},
+    tls::Trust,
+};
+
+/// A hang guard, not a speed bound.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The raw answer to `request`.
+fn http(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The samples of a scrape: `name{labels}` to value.
+fn scrape(addr: SocketAddr) -> HashMap<String, f64> {
+    let answer = http(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(body.ends_with("# EOF\n"), "OpenMetrics ends so");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The sum over workers of `name`'s samples whose labels contain `with`.
+fn sum(m: &HashMap<String, f64>, name: &str, with: &str) -> f64 {
+    m.iter()
+        .filter(|(k, _)| k.split('{').next() == Some(name) && k.contains(with))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+#[test]
+fn metrics_move_during_a_transfer_and_agree_with_the_report() {
+    const CONNECTIONS: usize = 20;
+    const BYTES: u64 = 1 << 20;
+    let server = ServerHandle::start(ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        workers: 2,
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        ..ServerConfig::default()
+    })
+    .expect("server starts");
+    let metrics = server.metrics_addr().expect("the endpoint");
+    let idle = scrape(metrics);
+    assert_eq!(idle["neqo_server_connections_open"], 0.0);
+    // Five new connections a second, one after another: the transfer lasts about four
+    // seconds, several of the workers' publications.
+    let mut c = ClientConfig::new(url(server.addr(), &format!("/{BYTES}")), Trust::Insecure);
+    c.connections = CONNECTIONS;
+    c.concurrency = 1;
+    c.rate = Some(5.0);
+    c.sockets = 8;
+    let client = std::thread::spawn(move || client::run(c));
+    let mut seen = Vec::new();
+    while !client.is_finished() {
+        let m = scrape(metrics);
+        seen.push(sum(&m, "neqo_server_response_bytes_total", ""));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let report = client.join().unwrap().expect("the downloads");
+    assert_eq!(report.requests, CONNECTIONS as u64);
+    seen.dedup();
+    assert!(
+        seen.len() >= 3,
+        "the response bytes moved during the transfer: {seen:?}"
+    );
+    assert!(seen.is_sorted(), "a counter never goes down: {seen:?}");
+    // Once every worker has published since the last response (bounded wait).
+    let started = Instant::now();
+    let settled = loop {
+        let m = scrape(metrics);
+        if sum(&m, "neqo_server_requests_total", "") >= CONNECTIONS as f64 {
+            break m;
+        }
+        assert!(started.elapsed() < DEADLINE, "the requests never showed");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let answered = http(metrics, b"GET /other HTTP/1.1\r\n\r\n");
+    assert!(answered.starts_with("HTTP/1.1 404"), "{answered}");
+    let posted = http(metrics, b"POST /metrics HTTP/1.1\r\n\r\n");
+    assert!(posted.starts_with("HTTP/1.1 405"), "{posted}");
+    let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+    huge.resize(10_000, b'a');
+    let refused = http(metrics, &huge);
+    assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
+
+    let r = server.stop().unwrap();
+    for (name, with, want) in [
+        ("neqo_server_requests_total", "", r.requests),
+        ("neqo_server_response_bytes_total", "", r.bytes_sent),
+        (
+            "neqo_server_connections_accepted_total",
+            "",
+            r.driver.accepted,
+        ),
+        (
+            "neqo_server_handshake_duration_seconds_count",
+            "",
+            r.admission.handshakes.count,
+        ),
+        (
+            "neqo_server_datagrams_total",
+            "direction=\"rx\"",
+            r.socket.rx.datagrams,
+        ),
+        (
+            "neqo_server_datagrams_total",
+            "direction=\"tx\"",
+            r.socket.tx.datagrams,
+        ),
+    ] {
+        #[expect(clippy::cast_precision_loss, reason = "counts far below 2^53")]
+        let want = want as f64;
+        let got = sum(&settled, name, with);
+        // The transfer's counts are all in; what came after (closes, ACKs) may not be.
+        assert!(
+            got <= want && (name.contains("datagrams") || got == want),
+            "{name}{{{with}}}: scraped {got}, reported {want}"
+        );
+    }
+    assert_eq!(r.admission.handshakes.count, CONNECTIONS as u64);
+    assert_eq!(r.requests, CONNECTIONS as u64);
+    assert_eq!(r.bytes_sent, CONNECTIONS as u64 * BYTES);
+}
+
+#[test]
+fn an_address_the_endpoint_cannot_listen_on_refuses_the_start() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let err = ServerHandle::start(ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        metrics: Some(taken.local_addr().unwrap()),
+        ..ServerConfig::default()
+    })
+    .expect_err("refused");
+    let msg = format!("{err:#}");
+    assert!(msg.starts_with("--metrics 127.0.0.1:"), "{msg}");
+}
