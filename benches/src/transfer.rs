@@ -70,7 +70,8 @@ impl Scenario {
         Self::ManyConn,
     ];
 
-    /// The benchmark name (issue 6's exact names).
+    /// The benchmark name: criterion keys its saved baselines and its filters by it
+    /// (`docs/benchmarks.md`), so it stays fixed.
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {

@@ -9,8 +9,8 @@
 //! - a flood of Initials whose connection IDs all name one worker (it used to land on that
 //!   worker alone).
 //!
-//! What each test prints (`--nocapture`) is the figure behind the targets; what it
-//! asserts is behaviour and memory, never speed.
+//! What each test prints (`--nocapture`) is the attack's figure (what it cost the server);
+//! what it asserts is behaviour and memory, never speed.
 
 // The authenticated client's helpers serve the tests that run only on Linux (`process`):
 // elsewhere they are built and unused.

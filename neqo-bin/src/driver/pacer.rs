@@ -1,6 +1,6 @@
 //! The driver's pacer: releases a connection's datagrams at the congestion controller's rate.
 //!
-//! See "Pacing: who paces what" in the README for who paces what.
+//! See `docs/pacing.md` for who paces what.
 //!
 //! The bucket holds [`QUANTUM`] of the rate (at least [`MIN_BURST`] datagrams, at most cwnd)
 //! and, in the send round of a pacing wake-up that came late, that lateness's worth too, so

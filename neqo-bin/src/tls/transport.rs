@@ -81,7 +81,7 @@ pub const MAX_MTU_BOUND: u16 = 65_527;
 /// Probing above the path MTU is safe (lost probes only end the search) but not free:
 /// quinn-proto searches by halving from 1200 to the bound, a dozen padded probes per
 /// connection, each tens of kilobytes up to loopback's 64 KiB, which hundreds of short
-/// connections cannot afford (README, "Path MTU"). Hence a default that fits Ethernet, and
+/// connections cannot afford (`docs/path-mtu.md`). Hence a default that fits Ethernet, and
 /// large datagrams where they are asked for.
 #[must_use]
 pub fn mtu_bound(peer: Option<SocketAddr>, max_mtu: Option<u16>) -> u16 {

@@ -204,7 +204,7 @@ fn msquic_cannot(case: &str, client: bool) -> Option<&'static str> {
             Some("msquic-peer's client keeps no session ticket between connections")
         }
         ("rebind-addr", false) => Some(
-            "msquic 2.5's server stops answering once the client's IP address changes (found here; see the README)",
+            "msquic 2.5's server stops answering once the client's IP address changes (found here; see docs/interop.md)",
         ),
         _ => None,
     }
