@@ -11,8 +11,8 @@ use neqo_bin::{
 
 #[test]
 fn retry_tokens_and_session_tickets_are_good_on_every_worker() {
-    // New connections pick their worker by the random DCID of their first Initial: with 24,
-    // both workers take some but once in 2^23 runs.
+    // A new connection's Initials pick their worker by the kernel's hash of its 4-tuple: with
+    // a socket (a source port) per connection, both workers take some but once in 2^23 runs.
     const CONNECTIONS: u64 = 24;
     let server = ServerHandle::start(ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
@@ -29,6 +29,7 @@ fn retry_tokens_and_session_tickets_are_good_on_every_worker() {
         Trust::Certs(server.certificate().to_vec()),
     );
     config.connections = CONNECTIONS as usize;
+    config.sockets = CONNECTIONS as usize;
     let report = client::run(config).expect("every connection completes");
     let sr = server.stop().unwrap();
     assert_eq!(report.connections, CONNECTIONS);
