@@ -37,6 +37,7 @@ pub mod precise_timer;
 mod rx;
 pub mod scheduler;
 mod standalone;
+pub mod testing;
 mod tx;
 
 #[cfg(test)]

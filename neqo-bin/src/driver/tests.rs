@@ -1,220 +1,30 @@
-//! The driver against an in-memory network, in the spirit of quinn-proto's test `Pair`: a
-//! client and a server driver, each over a fake datapath, on a virtual clock that jumps to the
-//! next thing due (a driver's deadline or a datagram's arrival). Deterministic: no sockets,
-//! no sleeping, no timing thresholds.
+//! The driver against the in-memory network of [`testing`](super::testing): a client and a
+//! server driver on a virtual clock. Deterministic: no sockets, no sleeping, no timing
+//! thresholds.
 
 use std::{
-    cell::RefCell,
-    collections::{HashMap, VecDeque},
-    io,
+    collections::HashMap,
     net::SocketAddr,
-    rc::Rc,
     sync::Arc,
-    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
-use bytes::{Bytes, BytesMut};
-use neqo_udp::{Datagram, Sent, Stats, Transmit};
+use bytes::Bytes;
 use quinn_proto::{ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId};
 
-use super::*;
+use super::{
+    testing::{Behaviour, Network},
+    *,
+};
 use crate::tls::{self, Identity, TransportOptions, Trust};
 
 /// Bytes the client asks for.
 const DOWNLOAD: usize = 3 << 20;
 
-/// How a fake datapath's kernel behaves.
-#[derive(Debug, Clone, Copy)]
-struct Behaviour {
-    /// Transmits one send call takes at most.
-    per_call: usize,
-    /// Every this many send calls, one says `WouldBlock` (0: never).
-    block_every: usize,
-    /// Segments one message may carry; a longer run is refused once, and then...
-    gso_segments: usize,
-    /// ...after this many sends, GSO breaks: the next run is sent segment by segment, one
-    /// per call (as the socket's fallback does), and GSO stays off.
-    gso_breaks_after: Option<usize>,
-}
-
-impl Default for Behaviour {
-    fn default() -> Self {
-        Self {
-            per_call: usize::MAX,
-            block_every: 0,
-            gso_segments: 10,
-            gso_breaks_after: None,
-        }
-    }
-}
-
-/// Datagrams in flight, by destination, with their arrival times.
-#[derive(Default)]
-struct Net {
-    now: Option<Instant>,
-    one_way: Duration,
-    queues: HashMap<SocketAddr, VecDeque<(Instant, Vec<u8>, SocketAddr)>>,
-    /// Datagrams each address sent, counted where they went on the wire.
-    wire: HashMap<SocketAddr, u64>,
-    /// A full socket: the next this many send calls from that address say `WouldBlock`.
-    full_for: HashMap<SocketAddr, usize>,
-    /// After GSO broke: GSO runs queued before the break, runs offered afresh since (each
-    /// must be one of those), and runs resumed where the last call stopped.
-    runs_at_break: usize,
-    runs_after_break: usize,
-    resumed_runs: usize,
-}
-
-impl Net {
-    fn next_arrival(&self) -> Option<Instant> {
-        self.queues
-            .values()
-            .filter_map(|q| q.front().map(|x| x.0))
-            .min()
-    }
-}
-
-struct FakePath {
-    addr: SocketAddr,
-    net: Rc<RefCell<Net>>,
-    how: Behaviour,
-    calls: usize,
-    stats: Stats,
-    /// Segments of a run already sent one by one after GSO broke.
-    fallback: bool,
-    /// Bytes of the run the last fallback call stopped in, still to send.
-    remainder: Option<usize>,
-}
-
-impl Datapath for FakePath {
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.addr)
-    }
-
-    fn max_segments_for(&self, _segment_size: usize) -> usize {
-        if self.fallback {
-            1
-        } else {
-            self.how.gso_segments
-        }
-    }
-
-    fn batch_size(&self) -> usize {
-        32
-    }
-
-    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<()> {
-        let mut net = self.net.borrow_mut();
-        let now = net.now.expect("clock set");
-        let queue = net.queues.entry(self.addr).or_default();
-        let before = out.len();
-        while let Some((at, data, source)) = queue.front()
-            && *at <= now
-            && out.len() - before < 32
-        {
-            let mut d = Datagram::new(BytesMut::from(&data[..]), *source);
-            d.destination = Some(self.addr.ip());
-            out.push(d);
-            queue.pop_front();
-        }
-        let got = out.len() - before;
-        if got == 0 {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        self.stats.rx.syscalls += 1;
-        self.stats.rx.datagrams += got as u64;
-        Ok(())
-    }
-
-    fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
-        self.calls += 1;
-        if let Some(n) = self.net.borrow_mut().full_for.get_mut(&self.addr)
-            && *n > 0
-        {
-            *n -= 1;
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        if self.how.block_every > 0 && self.calls.is_multiple_of(self.how.block_every) {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        self.stats.tx.syscalls += 1;
-        if !self.fallback && self.how.gso_breaks_after.is_some_and(|n| self.calls > n) {
-            self.fallback = true;
-            // Runs generated before the break (all but the first, which is cut now).
-            self.net.borrow_mut().runs_at_break =
-                transmits[1..].iter().filter(|t| t.datagrams() > 1).count();
-        } else if self.fallback && transmits[0].datagrams() > 1 {
-            let mut net = self.net.borrow_mut();
-            if self.remainder == Some(transmits[0].contents.len()) {
-                net.resumed_runs += 1;
-            } else {
-                net.runs_after_break += 1;
-            }
-        }
-        if self.fallback {
-            // GSO is broken: one datagram per call, as a socket that split a refused run
-            // sends it, reporting a run's progress segment by segment.
-            let t = &transmits[0];
-            let stride = t.stride();
-            self.remainder = (stride < t.contents.len()).then(|| t.contents.len() - stride);
-            self.deliver(&t.contents[..stride], t.destination);
-            return Ok(if stride < t.contents.len() {
-                Sent {
-                    transmits: 0,
-                    partial: stride,
-                }
-            } else {
-                Sent {
-                    transmits: 1,
-                    partial: 0,
-                }
-            });
-        }
-        let mut done = 0;
-        for t in transmits.iter().take(self.how.per_call) {
-            assert!(
-                t.datagrams() <= self.how.gso_segments,
-                "a transmit of {} segments where {} may go",
-                t.datagrams(),
-                self.how.gso_segments
-            );
-            for part in t.contents.chunks(t.stride().max(1)) {
-                self.deliver(part, t.destination);
-            }
-            done += 1;
-        }
-        Ok(Sent {
-            transmits: done,
-            partial: 0,
-        })
-    }
-
-    fn poll_recv_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_send_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn stats(&self) -> Stats {
-        self.stats
-    }
-}
-
-impl FakePath {
-    fn deliver(&mut self, datagram: &[u8], to: SocketAddr) {
-        self.stats.tx.datagrams += 1;
-        let mut net = self.net.borrow_mut();
-        let at = net.now.expect("clock set") + net.one_way;
-        *net.wire.entry(self.addr).or_default() += 1;
-        net.queues
-            .entry(to)
-            .or_default()
-            .push_back((at, datagram.to_vec(), self.addr));
-    }
-}
+const SERVER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4433);
+const CLIENT: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5555);
 
 /// Byte `k` of the download.
 fn pattern(k: usize) -> u8 {
@@ -349,12 +159,11 @@ impl Application for Client {
 }
 
 struct Pair {
-    net: Rc<RefCell<Net>>,
+    net: Network,
     server: Driver,
     server_app: Server,
     client: Driver,
     client_app: Client,
-    now: Instant,
     /// Instants at which the server's path sent, and how many datagrams.
     server_sends: Vec<(Instant, u64)>,
     /// The server's last turn said it was done.
@@ -389,32 +198,15 @@ impl Pair {
             tls::client_crypto(&Trust::Certs(identity.chain.clone()), "t").unwrap(),
         );
         client_config.transport_config(Arc::new(options.transport("client").unwrap()));
-        let now = Instant::now();
-        let net = Rc::new(RefCell::new(Net {
-            now: Some(now),
-            one_way,
-            ..Net::default()
-        }));
-        let path = |port: u16, how| {
-            Box::new(FakePath {
-                addr: SocketAddr::from(([127, 0, 0, 1], port)),
-                net: Rc::clone(&net),
-                how,
-                calls: 0,
-                stats: Stats::default(),
-                fallback: false,
-                remainder: None,
-            }) as Box<dyn Datapath>
-        };
-        let server_addr = SocketAddr::from(([127, 0, 0, 1], 4433));
+        let net = Network::new(1, Instant::now()).with_one_way(one_way);
         let server = Driver::with_datapaths(
-            vec![path(4433, server_how)],
+            vec![net.path(SERVER, server_how)],
             EndpointConfig::default(),
             Some(Arc::new(server_config)),
             pacing,
         );
         let client = Driver::with_datapaths(
-            vec![path(5555, client_how)],
+            vec![net.path(CLIENT, client_how)],
             EndpointConfig::default(),
             None,
             pacing,
@@ -425,11 +217,10 @@ impl Pair {
             server_app: Server::default(),
             client,
             client_app: Client {
-                remote: Some(server_addr),
+                remote: Some(SERVER),
                 config: Some(client_config),
                 ..Client::default()
             },
-            now,
             server_sends: Vec::new(),
             server_done: false,
         }
@@ -444,49 +235,35 @@ impl Pair {
     /// after a turn; returns the turns.
     fn run_until(&mut self, stop: impl Fn(&Self) -> bool) -> usize {
         for turns in 0..200_000 {
-            let wire_before = self.wire(4433);
-            self.server.receive(&mut self.server_app, self.now).unwrap();
-            self.client.receive(&mut self.client_app, self.now).unwrap();
-            let s = self.server.turn(&mut self.server_app, self.now).unwrap();
+            let wire_before = self.net.wire(SERVER);
+            let s = self
+                .net
+                .turn(&mut self.server, &mut self.server_app)
+                .unwrap();
             self.server_done = s.done;
-            let c = self.client.turn(&mut self.client_app, self.now).unwrap();
-            let sent = self.wire(4433) - wire_before;
+            let c = self
+                .net
+                .turn(&mut self.client, &mut self.client_app)
+                .unwrap();
+            let sent = self.net.wire(SERVER) - wire_before;
             if sent > 0 {
-                self.server_sends.push((self.now, sent));
+                self.server_sends.push((self.net.now(), sent));
             }
             if c.done || stop(self) {
                 return turns;
             }
-            // Next: whatever is due first; something always is, or the exchange is stuck. A
-            // driver with datagrams queued turns again at once (its socket is writable).
             let queued = self.server.queued_datagrams() + self.client.queued_datagrams() > 0;
-            let next = [s.deadline, c.deadline, self.net.borrow().next_arrival()]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or_else(|| {
-                    panic!(
-                        "nothing scheduled, the exchange stalled at turn {turns}: client got {} finished {} closed {:?}; open: server {} client {}",
-                        self.client_app.got,
-                        self.client_app.finished,
-                        self.client_app.closed,
-                        self.server.open_connections(),
-                        self.client.open_connections()
-                    )
-                });
-            if !queued {
-                self.now = self.now.max(next);
-            }
-            self.net.borrow_mut().now = Some(self.now);
+            assert!(
+                self.net.advance(&[s.deadline, c.deadline], queued),
+                "nothing scheduled, the exchange stalled at turn {turns}: client got {} finished {} closed {:?}; open: server {} client {}",
+                self.client_app.got,
+                self.client_app.finished,
+                self.client_app.closed,
+                self.server.open_connections(),
+                self.client.open_connections()
+            );
         }
         panic!("no end after 200 000 turns");
-    }
-
-    fn wire(&self, port: u16) -> u64 {
-        let net = self.net.borrow();
-        *net.wire
-            .get(&SocketAddr::from(([127, 0, 0, 1], port)))
-            .unwrap_or(&0)
     }
 
     /// The download arrived whole and right, and the close reached the server.
@@ -500,7 +277,10 @@ impl Pair {
         // Every datagram the drivers queued went on the wire.
         assert_eq!(self.client.queued_datagrams(), 0);
         assert_eq!(self.server.queued_datagrams(), 0);
-        assert_eq!(self.server.socket_stats().tx.datagrams, self.wire(4433));
+        assert_eq!(
+            self.server.socket_stats().tx.datagrams,
+            self.net.wire(SERVER)
+        );
     }
 }
 
@@ -545,7 +325,7 @@ fn ack_every_reduces_the_acks_the_server_receives() {
         );
         pair.run();
         pair.assert_complete();
-        pair.wire(5555)
+        pair.net.wire(CLIENT)
     };
     let default = client_datagrams(None);
     let every_two = client_datagrams(Some(2));
@@ -593,11 +373,7 @@ fn pacing_releases_spread_the_bursts() {
 /// take waits in the queue and goes next, and nothing is lost or sent twice.
 #[test]
 fn partial_sends_and_would_block_lose_nothing() {
-    let stingy = Behaviour {
-        per_call: 1,
-        block_every: 3,
-        ..Behaviour::default()
-    };
+    let stingy = Behaviour::default().per_call(1).block_every(3);
     for pacing in [false, true] {
         let mut pair = Pair::new(pacing, Duration::from_millis(2), stingy, stingy);
         pair.run();
@@ -611,10 +387,7 @@ fn partial_sends_and_would_block_lose_nothing() {
 #[test]
 fn a_gso_fallback_mid_run_resumes_from_the_queue() {
     // Early, while most of the download is still to come.
-    let breaking = Behaviour {
-        gso_breaks_after: Some(3),
-        ..Behaviour::default()
-    };
+    let breaking = Behaviour::default().gso_breaks_after(3);
     let mut pair = Pair::new(
         false,
         Duration::from_millis(2),
@@ -623,16 +396,14 @@ fn a_gso_fallback_mid_run_resumes_from_the_queue() {
     );
     pair.run();
     pair.assert_complete();
-    let net = pair.net.borrow();
+    let (runs_at_break, runs_after_break, resumed_runs) = pair.net.gso_break_runs(SERVER);
     // The run cut at the break (and any run cut later) went on from where it stopped...
-    assert!(net.resumed_runs > 0, "a run resumed from the queue");
+    assert!(resumed_runs > 0, "a run resumed from the queue");
     // ...and the only other runs the socket saw after the break were queued before it:
     // every transmit generated since carried one datagram.
     assert!(
-        net.runs_after_break <= net.runs_at_break,
-        "{} runs after the break, {} queued before it",
-        net.runs_after_break,
-        net.runs_at_break
+        runs_after_break <= runs_at_break,
+        "{runs_after_break} runs after the break, {runs_at_break} queued before it"
     );
 }
 
@@ -646,26 +417,25 @@ fn timers_fire_when_due() {
         Behaviour::default(),
         Behaviour::default(),
     );
-    // Drop everything addressed to the client.
-    pair.net.borrow_mut().one_way = Duration::from_millis(2);
-    let start = pair.now;
-    let client_addr = SocketAddr::from(([127, 0, 0, 1], 5555));
+    // Everything addressed to the client is lost.
+    pair.net.set_unreachable(CLIENT, true);
+    let start = pair.net.now();
     for _ in 0..100_000 {
-        pair.net.borrow_mut().queues.remove(&client_addr);
-        pair.server.receive(&mut pair.server_app, pair.now).unwrap();
-        pair.client.receive(&mut pair.client_app, pair.now).unwrap();
-        let s = pair.server.turn(&mut pair.server_app, pair.now).unwrap();
-        let c = pair.client.turn(&mut pair.client_app, pair.now).unwrap();
+        let s = pair
+            .net
+            .turn(&mut pair.server, &mut pair.server_app)
+            .unwrap();
+        let c = pair
+            .net
+            .turn(&mut pair.client, &mut pair.client_app)
+            .unwrap();
         if c.done {
             break;
         }
-        let next = [s.deadline, c.deadline, pair.net.borrow().next_arrival()]
-            .into_iter()
-            .flatten()
-            .min()
-            .expect("the client's timers stay armed");
-        pair.now = pair.now.max(next);
-        pair.net.borrow_mut().now = Some(pair.now);
+        assert!(
+            pair.net.advance(&[s.deadline, c.deadline], false),
+            "the client's timers stay armed"
+        );
     }
     assert!(
         matches!(pair.client_app.closed, Some(ConnectionError::TimedOut)),
@@ -673,7 +443,7 @@ fn timers_fire_when_due() {
         pair.client_app.closed
     );
     let idle = TransportOptions::default().idle_timeout;
-    let waited = pair.now - start;
+    let waited = pair.net.now() - start;
     assert!(
         waited >= idle,
         "timed out after {waited:?}, before the idle timeout"
@@ -688,22 +458,25 @@ fn timers_fire_when_due() {
 /// out first. (The client's socket here accepts nothing.)
 #[test]
 fn done_waits_for_the_queue() {
-    let blocking = Behaviour {
-        block_every: 1,
-        ..Behaviour::default()
-    };
+    let blocking = Behaviour::default().block_every(1);
     let mut pair = Pair::new(
         false,
         Duration::from_millis(2),
         Behaviour::default(),
         blocking,
     );
-    let first = pair.client.turn(&mut pair.client_app, pair.now).unwrap();
+    let first = pair
+        .client
+        .turn(&mut pair.client_app, pair.net.now())
+        .unwrap();
     assert!(!first.done);
     assert!(pair.client.queued_datagrams() > 0, "the Initial waits");
     // The application gives up; its datagrams still wait.
     pair.client_app.closed = Some(ConnectionError::TimedOut);
-    let second = pair.client.turn(&mut pair.client_app, pair.now).unwrap();
+    let second = pair
+        .client
+        .turn(&mut pair.client_app, pair.net.now())
+        .unwrap();
     assert!(!second.done, "not done with datagrams queued");
 }
 
@@ -723,24 +496,23 @@ fn shutdown_waits_for_the_closes_to_leave() {
     );
     pair.run_until(|p| p.client_app.connected);
     let server_addr = SocketAddr::from(([127, 0, 0, 1], 4433));
-    pair.net.borrow_mut().full_for.insert(server_addr, 3);
+    pair.net.fill(server_addr, 3);
     pair.server
-        .close_all(&mut pair.server_app, pair.now)
+        .close_all(&mut pair.server_app, pair.net.now())
         .unwrap();
     assert!(
         pair.server.queued_datagrams() > 0,
         "the close waits for the socket"
     );
-    let turn = pair.server.turn(&mut pair.server_app, pair.now).unwrap();
+    let turn = pair
+        .server
+        .turn(&mut pair.server_app, pair.net.now())
+        .unwrap();
     assert!(!turn.done, "not done while the close waits");
     pair.run_until(|p| p.server_done);
     assert!(pair.server_done, "done once the close left");
     assert_eq!(pair.server.queued_datagrams(), 0);
-    assert_eq!(
-        pair.net.borrow().full_for[&server_addr],
-        0,
-        "the socket was full"
-    );
+    assert_eq!(pair.net.full_for(server_addr), 0, "the socket was full");
     // The client reads what has arrived.
     pair.run_until(|p| p.client_app.closed.is_some());
     // The server's close: an application close, or (sent before the server saw the

@@ -1,0 +1,496 @@
+//! An in-memory network on a virtual clock, to test applications on the [`Driver`] (in the
+//! spirit of quinn-proto's test `Pair`): each endpoint's driver runs over a [`Network::path`]
+//! instead of a socket, and the clock jumps to the next thing due (a driver's deadline, a
+//! datagram's arrival). Deterministic for a seed: no sockets, no sleeping, no timing
+//! thresholds; an hour of handshake timeouts takes milliseconds.
+//!
+//! The network delivers each datagram after its one-way delay, and can be made to misbehave:
+//! seeded loss and reordering, an address that receives nothing, a socket that is full for
+//! a number of calls; each path's "kernel" ([`Behaviour`]) takes a bounded number of
+//! transmits per call, says `WouldBlock` every so often, and can break GSO mid-transfer.
+//!
+//! ```
+//! # use std::time::{Duration, Instant};
+//! # use neqo_bin::driver::testing::{Behaviour, Network};
+//! let net = Network::new(7, Instant::now()).with_one_way(Duration::from_millis(10));
+//! let server = net.path("127.0.0.1:4433".parse().unwrap(), Behaviour::default());
+//! let client = net.path("127.0.0.1:5555".parse().unwrap(), Behaviour::default());
+//! // Each goes to `Driver::with_datapaths(vec![path], ...)`; then, in a loop bounded in
+//! // turns: `net.turn(&mut driver, &mut app)` for each endpoint, and
+//! // `net.advance(&[deadlines...], queued)` to move the clock.
+//! # drop((server, client));
+//! ```
+
+use std::{
+    cell::RefCell,
+    collections::{HashMap, HashSet, VecDeque},
+    io,
+    net::SocketAddr,
+    rc::Rc,
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use bytes::BytesMut;
+use neqo_udp::{Datagram, Sent, Stats, Transmit};
+use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
+
+use super::{Application, Datapath, Driver, Turn};
+
+/// How a path's kernel takes what the driver sends.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Behaviour {
+    /// Transmits one send call takes at most.
+    pub per_call: usize,
+    /// Every this many send calls, one says `WouldBlock` (0: never).
+    pub block_every: usize,
+    /// Segments one message may carry.
+    pub gso_segments: usize,
+    /// After this many send calls GSO breaks: from then on every run is sent segment by
+    /// segment, one per call (as a socket's fallback sends a refused run), and stays so.
+    pub gso_breaks_after: Option<usize>,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Self {
+            per_call: usize::MAX,
+            block_every: 0,
+            gso_segments: 10,
+            gso_breaks_after: None,
+        }
+    }
+}
+
+impl Behaviour {
+    /// At most `n` transmits per call.
+    #[must_use]
+    pub const fn per_call(mut self, n: usize) -> Self {
+        self.per_call = n;
+        self
+    }
+
+    /// `WouldBlock` every `n` calls.
+    #[must_use]
+    pub const fn block_every(mut self, n: usize) -> Self {
+        self.block_every = n;
+        self
+    }
+
+    /// GSO breaks after `n` calls.
+    #[must_use]
+    pub const fn gso_breaks_after(mut self, n: usize) -> Self {
+        self.gso_breaks_after = Some(n);
+        self
+    }
+}
+
+/// A datagram on its way: when it arrives, its bytes, who sent it.
+type InFlight = (Instant, Vec<u8>, SocketAddr);
+
+/// The network's state, shared by its paths.
+#[derive(Debug)]
+struct Net {
+    now: Instant,
+    one_way: Duration,
+    rng: StdRng,
+    /// Probability that a datagram is lost.
+    loss: f64,
+    /// Probability that a datagram is held back by `reorder_by`, so later ones overtake it.
+    reorder: f64,
+    reorder_by: Duration,
+    /// Addresses whose datagrams never arrive.
+    unreachable: HashSet<SocketAddr>,
+    queues: HashMap<SocketAddr, VecDeque<InFlight>>,
+    /// Datagrams each address sent, counted where they went on the wire.
+    wire: HashMap<SocketAddr, u64>,
+    lost: u64,
+    /// A full socket: the next this many send calls from that address say `WouldBlock`.
+    full_for: HashMap<SocketAddr, usize>,
+    /// Runs each path saw after its GSO broke: (queued before the break, offered afresh,
+    /// resumed where the last call stopped).
+    gso_break_runs: HashMap<SocketAddr, (usize, usize, usize)>,
+}
+
+/// The network: clock, delays, faults, and the datagrams in flight. Cheap to clone (a
+/// handle).
+#[derive(Debug, Clone)]
+pub struct Network(Rc<RefCell<Net>>);
+
+impl Network {
+    /// A network whose clock starts at `start`, faults drawn from `seed`, 1 ms one way.
+    #[must_use]
+    pub fn new(seed: u64, start: Instant) -> Self {
+        Self(Rc::new(RefCell::new(Net {
+            now: start,
+            one_way: Duration::from_millis(1),
+            rng: StdRng::seed_from_u64(seed),
+            loss: 0.0,
+            reorder: 0.0,
+            reorder_by: Duration::ZERO,
+            unreachable: HashSet::new(),
+            queues: HashMap::new(),
+            wire: HashMap::new(),
+            lost: 0,
+            full_for: HashMap::new(),
+            gso_break_runs: HashMap::new(),
+        })))
+    }
+
+    /// Every datagram takes `one_way` to arrive.
+    #[must_use]
+    pub fn with_one_way(self, one_way: Duration) -> Self {
+        self.0.borrow_mut().one_way = one_way;
+        self
+    }
+
+    /// Loses each datagram with probability `p` (0 to 1).
+    pub fn set_loss(&self, p: f64) {
+        self.0.borrow_mut().loss = p.clamp(0.0, 1.0);
+    }
+
+    /// Holds each datagram back by `by` with probability `p`, so that later ones overtake it.
+    pub fn set_reorder(&self, p: f64, by: Duration) {
+        let mut n = self.0.borrow_mut();
+        n.reorder = p.clamp(0.0, 1.0);
+        n.reorder_by = by;
+    }
+
+    /// Datagrams to `addr` are lost (`true`) or delivered again (`false`); those in flight
+    /// to it are dropped.
+    pub fn set_unreachable(&self, addr: SocketAddr, unreachable: bool) {
+        let mut n = self.0.borrow_mut();
+        if unreachable {
+            n.unreachable.insert(addr);
+            n.queues.remove(&addr);
+        } else {
+            n.unreachable.remove(&addr);
+        }
+    }
+
+    /// The next `calls` send calls from `addr` say `WouldBlock`: a full socket.
+    pub fn fill(&self, addr: SocketAddr, calls: usize) {
+        self.0.borrow_mut().full_for.insert(addr, calls);
+    }
+
+    /// Send calls from `addr` still to be refused.
+    #[must_use]
+    pub fn full_for(&self, addr: SocketAddr) -> usize {
+        self.0.borrow().full_for.get(&addr).copied().unwrap_or(0)
+    }
+
+    /// The clock.
+    #[must_use]
+    pub fn now(&self) -> Instant {
+        self.0.borrow().now
+    }
+
+    /// Sets the clock (never back).
+    pub fn set_now(&self, now: Instant) {
+        let mut n = self.0.borrow_mut();
+        n.now = n.now.max(now);
+    }
+
+    /// Datagrams `addr` put on the wire (lost ones included).
+    #[must_use]
+    pub fn wire(&self, addr: SocketAddr) -> u64 {
+        self.0.borrow().wire.get(&addr).copied().unwrap_or(0)
+    }
+
+    /// Datagrams lost so far, by [`set_loss`](Self::set_loss) or to an unreachable address.
+    #[must_use]
+    pub fn lost(&self) -> u64 {
+        self.0.borrow().lost
+    }
+
+    /// When the next datagram arrives anywhere.
+    #[must_use]
+    pub fn next_arrival(&self) -> Option<Instant> {
+        self.0
+            .borrow()
+            .queues
+            .values()
+            .flat_map(|q| q.iter().map(|x| x.0))
+            .min()
+    }
+
+    /// After the GSO of `addr`'s path broke: runs it was offered that were queued before the
+    /// break, runs offered afresh since, and runs resumed where the last call stopped.
+    #[must_use]
+    pub fn gso_break_runs(&self, addr: SocketAddr) -> (usize, usize, usize) {
+        self.0
+            .borrow()
+            .gso_break_runs
+            .get(&addr)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// A datagram from `from` to `to`, as if sent now (a peer the test plays by hand: a
+    /// spoofed source, a crafted packet).
+    pub fn inject(&self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
+        self.deliver(from, to, bytes);
+    }
+
+    /// A datapath at `addr`, behaving as `how`, for [`Driver::with_datapaths`].
+    #[must_use]
+    pub fn path(&self, addr: SocketAddr, how: Behaviour) -> Box<dyn Datapath> {
+        Box::new(Path {
+            addr,
+            net: self.clone(),
+            how,
+            calls: 0,
+            stats: Stats::default(),
+            fallback: false,
+            remainder: None,
+        })
+    }
+
+    /// One turn of an endpoint at the network's time: what has arrived for it, then its
+    /// turn (wake-ups, events, the application, transmits).
+    ///
+    /// # Errors
+    /// A path error other than `WouldBlock` (these paths return none).
+    pub fn turn<A: Application>(&self, driver: &mut Driver, app: &mut A) -> io::Result<Turn> {
+        let now = self.now();
+        driver.receive(app, now)?;
+        driver.turn(app, now)
+    }
+
+    /// Moves the clock to what is due first: the earliest of `deadlines` and the next
+    /// arrival; stays put when `queued` (a driver with datagrams queued turns again at once:
+    /// its socket is writable). False when nothing at all is due (the exchange is stuck).
+    pub fn advance(&self, deadlines: &[Option<Instant>], queued: bool) -> bool {
+        let next = deadlines
+            .iter()
+            .flatten()
+            .copied()
+            .chain(self.next_arrival())
+            .min();
+        match next {
+            Some(_) if queued => true,
+            Some(t) => {
+                self.set_now(t);
+                true
+            }
+            None => queued,
+        }
+    }
+
+    fn deliver(&self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
+        let mut guard = self.0.borrow_mut();
+        let n = &mut *guard;
+        *n.wire.entry(from).or_default() += 1;
+        let lost = n.unreachable.contains(&to) || (n.loss > 0.0 && n.rng.random_bool(n.loss));
+        if lost {
+            n.lost += 1;
+            return;
+        }
+        let mut at = n.now + n.one_way;
+        if n.reorder > 0.0 && n.rng.random_bool(n.reorder) {
+            at += n.reorder_by;
+        }
+        let queue = n.queues.entry(to).or_default();
+        // In arrival order: a held-back datagram goes behind those that overtake it.
+        let i = queue.partition_point(|x| x.0 <= at);
+        queue.insert(i, (at, bytes.to_vec(), from));
+    }
+}
+
+/// A datapath on the network.
+struct Path {
+    addr: SocketAddr,
+    net: Network,
+    how: Behaviour,
+    calls: usize,
+    stats: Stats,
+    /// GSO broke: one segment per call from then on.
+    fallback: bool,
+    /// Bytes of the run the last fallback call stopped in, still to send.
+    remainder: Option<usize>,
+}
+
+impl Datapath for Path {
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.addr)
+    }
+
+    fn max_segments_for(&self, _segment_size: usize) -> usize {
+        if self.fallback {
+            1
+        } else {
+            self.how.gso_segments
+        }
+    }
+
+    fn batch_size(&self) -> usize {
+        32
+    }
+
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<()> {
+        let mut net = self.net.0.borrow_mut();
+        let now = net.now;
+        let queue = net.queues.entry(self.addr).or_default();
+        let before = out.len();
+        while let Some((at, data, source)) = queue.front()
+            && *at <= now
+            && out.len() - before < 32
+        {
+            let mut d = Datagram::new(BytesMut::from(&data[..]), *source);
+            d.destination = Some(self.addr.ip());
+            out.push(d);
+            queue.pop_front();
+        }
+        let got = out.len() - before;
+        if got == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.stats.rx.syscalls += 1;
+        self.stats.rx.datagrams += got as u64;
+        Ok(())
+    }
+
+    fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+        self.calls += 1;
+        if let Some(n) = self.net.0.borrow_mut().full_for.get_mut(&self.addr)
+            && *n > 0
+        {
+            *n -= 1;
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        if self.how.block_every > 0 && self.calls.is_multiple_of(self.how.block_every) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.stats.tx.syscalls += 1;
+        if !self.fallback && self.how.gso_breaks_after.is_some_and(|n| self.calls > n) {
+            self.fallback = true;
+            // Runs generated before the break (all but the first, which is cut now).
+            let queued = transmits[1..].iter().filter(|t| t.datagrams() > 1).count();
+            self.net
+                .0
+                .borrow_mut()
+                .gso_break_runs
+                .entry(self.addr)
+                .or_default()
+                .0 = queued;
+        } else if self.fallback && transmits[0].datagrams() > 1 {
+            let resumed = self.remainder == Some(transmits[0].contents.len());
+            let mut net = self.net.0.borrow_mut();
+            let runs = net.gso_break_runs.entry(self.addr).or_default();
+            if resumed {
+                runs.2 += 1;
+            } else {
+                runs.1 += 1;
+            }
+        }
+        if self.fallback {
+            // One datagram per call, reporting a run's progress segment by segment.
+            let t = &transmits[0];
+            let stride = t.stride();
+            self.remainder = (stride < t.contents.len()).then(|| t.contents.len() - stride);
+            self.put(&t.contents[..stride], t.destination);
+            return Ok(if stride < t.contents.len() {
+                Sent {
+                    transmits: 0,
+                    partial: stride,
+                }
+            } else {
+                Sent {
+                    transmits: 1,
+                    partial: 0,
+                }
+            });
+        }
+        let mut done = 0;
+        for t in transmits.iter().take(self.how.per_call) {
+            assert!(
+                t.datagrams() <= self.how.gso_segments,
+                "a transmit of {} segments where {} may go",
+                t.datagrams(),
+                self.how.gso_segments
+            );
+            for part in t.contents.chunks(t.stride().max(1)) {
+                self.put(part, t.destination);
+            }
+            done += 1;
+        }
+        Ok(Sent {
+            transmits: done,
+            partial: 0,
+        })
+    }
+
+    fn poll_recv_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_send_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats
+    }
+}
+
+impl Path {
+    fn put(&mut self, datagram: &[u8], to: SocketAddr) {
+        self.stats.tx.datagrams += 1;
+        self.net.deliver(self.addr, to, datagram);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    /// Delivery after the one-way delay, in order; reordering lets later datagrams overtake;
+    /// loss is drawn from the seed (the same seed, the same losses).
+    #[test]
+    fn the_network_delays_reorders_and_loses_by_its_seed() {
+        let start = Instant::now();
+        let net = Network::new(1, start).with_one_way(Duration::from_millis(5));
+        let mut rx = net.path(addr(2), Behaviour::default());
+        for i in 0..3u8 {
+            net.inject(addr(1), addr(2), &[i]);
+        }
+        let mut out = Vec::new();
+        assert_eq!(
+            rx.recv(&mut out).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        assert!(net.advance(&[], false));
+        assert_eq!(net.now(), start + Duration::from_millis(5));
+        rx.recv(&mut out).unwrap();
+        let got: Vec<u8> = out.iter().map(|d| d.data[0]).collect();
+        assert_eq!(got, [0, 1, 2]);
+
+        net.set_reorder(1.0, Duration::from_millis(3));
+        net.inject(addr(1), addr(2), &[9]);
+        net.set_reorder(0.0, Duration::ZERO);
+        net.inject(addr(1), addr(2), &[10]);
+        assert!(net.advance(&[], false));
+        out.clear();
+        rx.recv(&mut out).unwrap();
+        assert_eq!(out[0].data[0], 10, "the held-back one is overtaken");
+
+        let losses = |seed| {
+            let net = Network::new(seed, start);
+            net.set_loss(0.5);
+            for _ in 0..100 {
+                net.inject(addr(1), addr(2), &[0]);
+            }
+            net.lost()
+        };
+        assert_eq!(losses(3), losses(3));
+        assert!((20..80).contains(&losses(3)), "{}", losses(3));
+        net.set_unreachable(addr(2), true);
+        net.inject(addr(1), addr(2), &[1]);
+        assert_eq!(net.next_arrival(), None);
+    }
+}
