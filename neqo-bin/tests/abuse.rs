@@ -278,7 +278,7 @@ impl Application for Swarm {
                 let mut cc = quinn_proto::ClientConfig::new(self.crypto.clone());
                 cc.transport_config(Arc::new(self.transport.transport("swarm").unwrap()));
                 let ch = driver
-                    .connect(index % self.sockets, cc, self.remote, "localhost")
+                    .connect(index % self.sockets, cc, self.remote, "localhost", now)
                     .expect("connect");
                 self.progress.insert(
                     ch,

@@ -263,7 +263,7 @@ mod restart {
             }
         }
 
-        fn poll(&mut self, driver: &mut Driver, _: Instant) -> Option<Instant> {
+        fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
             if !self.started {
                 self.started = true;
                 let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ).unwrap();
@@ -276,7 +276,9 @@ mod restart {
                 .unwrap();
                 transport.keep_alive_interval(Some(Duration::from_millis(50)));
                 config.transport_config(Arc::new(transport));
-                driver.connect(0, config, self.remote, "localhost").unwrap();
+                driver
+                    .connect(0, config, self.remote, "localhost", now)
+                    .unwrap();
             }
             None
         }

@@ -272,7 +272,7 @@ mod changing {
             }
         }
 
-        fn poll(&mut self, driver: &mut Driver, _: Instant) -> Option<Instant> {
+        fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
             if !self.started {
                 self.started = true;
                 let crypto = tls::client_crypto(&self.trust, ALPN_HQ).unwrap();
@@ -281,7 +281,7 @@ mod changing {
                 t.stream_receive_window(VarInt::from_u32(128 * 1024));
                 cc.transport_config(Arc::new(t));
                 driver
-                    .connect(0, cc, self.remote, "localhost")
+                    .connect(0, cc, self.remote, "localhost", now)
                     .expect("connect");
             }
             None

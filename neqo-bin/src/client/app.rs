@@ -150,7 +150,7 @@ impl ClientApp {
                 return;
             }
         }
-        match driver.connect(path, cc, self.remote, &self.server_name) {
+        match driver.connect(path, cc, self.remote, &self.server_name, now) {
             Ok(ch) => {
                 self.first_connect.get_or_insert(now);
                 s.report.peak_concurrency = s.report.peak_concurrency.max(self.open.len() + 1);

@@ -27,8 +27,8 @@ pub trait Application {
         Admission::Accept(None)
     }
 
-    /// A connection was accepted.
-    fn accepted(&mut self, _ch: ConnectionHandle, _conn: &mut Connection) {}
+    /// A connection was accepted at `now`.
+    fn accepted(&mut self, _ch: ConnectionHandle, _conn: &mut Connection, _now: Instant) {}
 
     /// An event of a connection.
     fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant);

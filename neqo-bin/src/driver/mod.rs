@@ -233,7 +233,8 @@ impl Driver {
         }
     }
 
-    /// Opens a connection from path (socket) `path` to `remote`.
+    /// Opens a connection from path (socket) `path` to `remote`, at `now` (the `now` of the
+    /// [`Application::poll`] that opens it).
     ///
     /// # Errors
     /// As `Endpoint::connect`.
@@ -243,8 +244,8 @@ impl Driver {
         config: ClientConfig,
         remote: SocketAddr,
         server_name: &str,
+        now: Instant,
     ) -> Result<ConnectionHandle, ConnectError> {
-        let now = Instant::now();
         let (ch, conn) = self
             .conns
             .endpoint

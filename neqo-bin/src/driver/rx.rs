@@ -72,7 +72,7 @@ impl Driver {
                                 self.counters.accepted += 1;
                                 self.conns.insert(ch, conn, path, now);
                                 if let Some(c) = self.conns.get_mut(ch.0) {
-                                    app.accepted(ch, &mut c.conn);
+                                    app.accepted(ch, &mut c.conn, now);
                                 }
                                 None
                             }

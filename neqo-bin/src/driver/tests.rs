@@ -140,11 +140,11 @@ impl Application for Client {
         }
     }
 
-    fn poll(&mut self, driver: &mut Driver, _now: Instant) -> Option<Instant> {
+    fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
         if self.ch.is_none()
             && let (Some(remote), Some(config)) = (self.remote, self.config.take())
         {
-            self.ch = Some(driver.connect(0, config, remote, "localhost").unwrap());
+            self.ch = Some(driver.connect(0, config, remote, "localhost", now).unwrap());
         }
         None
     }

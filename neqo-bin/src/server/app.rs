@@ -98,9 +98,9 @@ impl Application for ServerApp {
         Admission::Accept(self.qlog.next())
     }
 
-    fn accepted(&mut self, ch: ConnectionHandle, conn: &mut Connection) {
+    fn accepted(&mut self, ch: ConnectionHandle, conn: &mut Connection, now: Instant) {
         self.gate
-            .accepted(ch, ClientSource::of(conn.remote_address()), Instant::now());
+            .accepted(ch, ClientSource::of(conn.remote_address()), now);
         if let Some(window) = self.windows.accepted(ch) {
             // Every connection is told the same small window (0-RTT requires that the next
             // connection is told no less), then gets its own from the budget at once.

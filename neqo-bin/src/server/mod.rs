@@ -33,6 +33,8 @@ mod handle;
 mod keys;
 mod ledger;
 mod metrics;
+#[cfg(test)]
+mod policy_tests;
 mod report;
 mod requests;
 mod served_thread;
@@ -162,6 +164,55 @@ fn listen_mtu_bound(listen: &[SocketAddr], max_mtu: Option<u16>) -> u16 {
         .unwrap_or(tls::DEFAULT_MTU_BOUND)
 }
 
+/// What every worker of a server of `config` starts from, and the certificate chain it serves:
+/// the checks a configuration must pass before anything binds (the root, the identity, the
+/// ALPNs, the worker count).
+fn prepare(
+    mut config: ServerConfig,
+) -> anyhow::Result<(worker::Shared, Vec<CertificateDer<'static>>)> {
+    let root = match &config.root {
+        Some(r) => Some(
+            hq::canonical_root(r)
+                .with_context(|| format!("--root {}: cannot serve from it", r.display()))?,
+        ),
+        None => None,
+    };
+    let identity = match config.identity.clone() {
+        Some(i) => i,
+        None => Identity::self_signed()?,
+    };
+    if config.alpns.is_empty() {
+        anyhow::bail!("no ALPN to offer");
+    }
+    let layout = CidLayout::new(config.server_id.clone(), config.workers).context("--workers")?;
+    // One crypto config for all workers: one session store, so that a client resumes
+    // (and sends 0-RTT) whichever worker it reaches.
+    let crypto = tls::server_crypto(&identity, &config.alpns)?;
+    let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
+    config.transport.mtu_upper_bound = listen_mtu_bound(&config.listen, config.transport.max_mtu);
+    // Per-connection qlog streams are made at admission; the shared config has none.
+    let shared = TransportOptions {
+        qlog_dir: None,
+        receive_window: MIN_WINDOW,
+        ..config.transport.clone()
+    };
+    server_config.transport_config(Arc::new(shared.transport("server")?));
+    server_config.token_key(config.keys.token.clone());
+    let ledger = Arc::new(ledger::Ledger::default());
+    let board = config
+        .metrics
+        .map(|_| Arc::new(metrics::Board::new(config.workers, ledger.clone())));
+    let shared = worker::Shared {
+        root: root.map(Arc::from),
+        server_config: Arc::new(server_config),
+        layout,
+        ledger,
+        config,
+        board,
+    };
+    Ok((shared, identity.chain))
+}
+
 /// A bound server, ready to [`run`](Self::run): its workers are running, each on its own
 /// thread, and answer from the moment `bind` returns.
 #[derive(Debug)]
@@ -183,63 +234,23 @@ impl Server {
     /// count that cannot work, [`Steering::Bpf`] where the steering program cannot be
     /// attached, a worker that failed to start.
     pub fn bind(config: ServerConfig) -> anyhow::Result<Self> {
-        let root = match &config.root {
-            Some(r) => Some(
-                hq::canonical_root(r)
-                    .with_context(|| format!("--root {}: cannot serve from it", r.display()))?,
-            ),
-            None => None,
-        };
-        let identity = match config.identity.clone() {
-            Some(i) => i,
-            None => Identity::self_signed()?,
-        };
-        if config.alpns.is_empty() {
-            anyhow::bail!("no ALPN to offer");
-        }
-        let layout =
-            CidLayout::new(config.server_id.clone(), config.workers).context("--workers")?;
-        // One crypto config for all workers: one session store, so that a client resumes
-        // (and sends 0-RTT) whichever worker it reaches.
-        let crypto = tls::server_crypto(&identity, &config.alpns)?;
-        let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
-        let mut config = config;
-        config.transport.mtu_upper_bound =
-            listen_mtu_bound(&config.listen, config.transport.max_mtu);
-        // Per-connection qlog streams are made at admission; the shared config has none.
-        let shared = TransportOptions {
-            qlog_dir: None,
-            receive_window: MIN_WINDOW,
-            ..config.transport.clone()
-        };
-        server_config.transport_config(Arc::new(shared.transport("server")?));
-        server_config.token_key(config.keys.token.clone());
-        let ledger = Arc::new(ledger::Ledger::default());
-        let board = config
-            .metrics
-            .map(|_| Arc::new(metrics::Board::new(config.workers, ledger.clone())));
+        let (shared, certificate) = prepare(config)?;
         // Refused at start, before anything else binds, if it cannot listen.
-        let metrics = match (config.metrics, &board) {
+        let metrics = match (shared.config.metrics, &shared.board) {
             (Some(addr), Some(board)) => Some(metrics::MetricsServer::start(addr, board.clone())?),
             _ => None,
         };
-        let sockets = steering::bind(&config.listen, &layout, config.steering)?;
-        let addrs = sockets.addrs.clone();
-        let workers = Workers::start(
-            sockets,
-            worker::Shared {
-                root: root.map(Arc::from),
-                server_config: Arc::new(server_config),
-                layout,
-                ledger,
-                config,
-                board,
-            },
+        let sockets = steering::bind(
+            &shared.config.listen,
+            &shared.layout,
+            shared.config.steering,
         )?;
+        let addrs = sockets.addrs.clone();
+        let workers = Workers::start(sockets, shared)?;
         Ok(Self {
             workers,
             addrs,
-            certificate: identity.chain,
+            certificate,
             metrics,
         })
     }

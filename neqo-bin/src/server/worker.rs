@@ -56,40 +56,22 @@ struct Worker {
 impl Worker {
     /// Worker `index` on `sockets`; inside the worker's runtime.
     fn new(index: usize, paths: Vec<WorkerPath>, shared: &Shared) -> anyhow::Result<Self> {
-        let config = shared.config.worker_share();
+        let socket = &shared.config.socket;
         let datapaths = paths
             .into_iter()
             .map(|p| -> std::io::Result<Box<dyn Datapath>> {
                 Ok(match p {
                     WorkerPath::Socket(s) => Box::new(SocketDatapath::new(
-                        neqo_udp::Socket::from_std(s, config.socket.clone())?,
+                        neqo_udp::Socket::from_std(s, socket.clone())?,
                     )),
                     WorkerPath::Channel(s, rx) => Box::new(ChannelDatapath::new(
                         rx,
-                        neqo_udp::Socket::from_std(s, config.socket.clone())?,
+                        neqo_udp::Socket::from_std(s, socket.clone())?,
                     )),
                 })
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        let endpoint = config
-            .keys
-            .endpoint_config(&shared.layout, index, config.cid_lifetime);
-        let driver = Driver::with_datapaths(
-            datapaths,
-            endpoint,
-            Some(shared.server_config.clone()),
-            config.pacing,
-        )
-        .with_pacing_timer(config.pacing_timer);
-        let app = ServerApp::new(
-            index,
-            shared.root.clone(),
-            shared.server_config.clone(),
-            config,
-            shared.ledger.clone(),
-            shared.board.clone(),
-            Instant::now(),
-        );
+        let (driver, app) = parts(index, datapaths, shared, Instant::now());
         Ok(Self { driver, app })
     }
 
@@ -103,6 +85,36 @@ impl Worker {
         report.fill(&self.driver, live_lost);
         Ok(report)
     }
+}
+
+/// Worker `index`'s driver and application on `datapaths`, started at `now`.
+pub(super) fn parts(
+    index: usize,
+    datapaths: Vec<Box<dyn Datapath>>,
+    shared: &Shared,
+    now: Instant,
+) -> (Driver, ServerApp) {
+    let config = shared.config.worker_share();
+    let endpoint = config
+        .keys
+        .endpoint_config(&shared.layout, index, config.cid_lifetime);
+    let driver = Driver::with_datapaths(
+        datapaths,
+        endpoint,
+        Some(shared.server_config.clone()),
+        config.pacing,
+    )
+    .with_pacing_timer(config.pacing_timer);
+    let app = ServerApp::new(
+        index,
+        shared.root.clone(),
+        shared.server_config.clone(),
+        config,
+        shared.ledger.clone(),
+        shared.board.clone(),
+        now,
+    );
+    (driver, app)
 }
 
 /// The running workers.

@@ -303,7 +303,11 @@ impl Application for Canceller {
             let mut transport = TransportOptions::default().transport("cancel").unwrap();
             transport.stream_receive_window(VarInt::from_u32(STREAM_WINDOW));
             config.transport_config(Arc::new(transport));
-            self.ch = Some(driver.connect(0, config, self.remote, "localhost").unwrap());
+            self.ch = Some(
+                driver
+                    .connect(0, config, self.remote, "localhost", now)
+                    .unwrap(),
+            );
         }
         if self.final_len == FINAL_LEN
             && let Some(ch) = self.ch
