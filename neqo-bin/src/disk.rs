@@ -15,7 +15,6 @@ use std::{
     collections::VecDeque,
     fs::File,
     io::{self, Read as _, Write as _},
-    path::Path,
     task::{Context, Poll},
 };
 
@@ -121,15 +120,19 @@ pub fn read_chunk(mut file: File, remaining: u64) -> io::Result<FileChunk> {
     })
 }
 
-/// Writes `data` to `file`, or to `path` created (truncated) first when `file` is `None`;
+/// Writes `data` to `file`, or to the file `open` makes first when `file` is `None`;
 /// returns the file for the next chunk. Blocking; run it with [`Jobs`].
 ///
 /// # Errors
-/// Creating or writing failed (no space, permissions, a directory in the way).
-pub fn write_chunk(file: Option<File>, path: &Path, data: &[u8]) -> io::Result<File> {
+/// Opening or writing failed (no space, permissions, a directory in the way, a closed pipe).
+pub fn write_chunk(
+    file: Option<File>,
+    open: impl FnOnce() -> io::Result<File>,
+    data: &[u8],
+) -> io::Result<File> {
     let mut file = match file {
         Some(f) => f,
-        None => File::create(path)?,
+        None => open()?,
     };
     file.write_all(data)?;
     Ok(file)
@@ -182,14 +185,14 @@ mod tests {
     fn writes_create_then_append_and_fail_cleanly() {
         let dir = scratch("write");
         let path = dir.join("out");
-        let f = write_chunk(None, &path, b"hello, ").unwrap();
-        let _f = write_chunk(Some(f), &path, b"world").unwrap();
+        let f = write_chunk(None, || File::create(&path), b"hello, ").unwrap();
+        let _f = write_chunk(Some(f), || unreachable!(), b"world").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"hello, world");
         std::fs::create_dir(dir.join("in-the-way")).unwrap();
-        assert!(write_chunk(None, &dir.join("in-the-way"), b"x").is_err());
+        assert!(write_chunk(None, || File::create(dir.join("in-the-way")), b"x").is_err());
         #[cfg(target_os = "linux")]
         {
-            let full = write_chunk(None, Path::new("/dev/full"), b"x").unwrap_err();
+            let full = write_chunk(None, || File::create("/dev/full"), b"x").unwrap_err();
             assert_eq!(full.raw_os_error(), Some(libc::ENOSPC));
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -12,7 +12,7 @@ use std::{
 
 use common::url;
 use neqo_bin::{
-    client::{self, ClientConfig},
+    client::{self, ClientConfig, Save},
     hq,
     server::{ServerConfig, ServerHandle},
     tls::Trust,
@@ -55,7 +55,7 @@ fn server(root: &Path) -> ServerHandle {
 fn client_for(s: &ServerHandle, paths: &[&str], out: &Path) -> ClientConfig {
     ClientConfig {
         urls: paths.iter().map(|p| url(s.addr(), p)).collect(),
-        output_dir: Some(out.to_owned()),
+        save: Save::Dir(out.to_owned()),
         ..ClientConfig::new(
             url(s.addr(), paths[0]),
             Trust::Certs(s.certificate().to_vec()),

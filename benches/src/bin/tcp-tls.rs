@@ -32,6 +32,7 @@ use rustls::pki_types::ServerName;
 #[derive(Debug, Parser)]
 #[command(
     name = "tcp-tls",
+    version,
     about = "TLS 1.3 (rustls) over kernel TCP: the baseline beside QUIC"
 )]
 struct Args {

@@ -3,6 +3,7 @@
 use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
-    neqo_bin::cli::init_logging();
-    neqo_bin::cli::client_main(neqo_bin::cli::ClientArgs::parse())
+    let args = neqo_bin::cli::ClientArgs::parse();
+    neqo_bin::cli::init_logging_at(if args.quiet { "error" } else { "warn" });
+    neqo_bin::cli::client_main(args)
 }

@@ -25,6 +25,7 @@ const SERVER_READY: Duration = Duration::from_secs(20);
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "neqo-loopback",
+    version,
     about = "Loopback transfer in batched and single I/O mode: throughput, datagrams per syscall, CPU"
 )]
 struct Args {
@@ -184,7 +185,7 @@ fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row>
     client
         .arg("client")
         .arg(&url)
-        .args(["--insecure", "--no-progress", "--alpn", &args.alpn])
+        .args(["--insecure", "--quiet", "--alpn", &args.alpn])
         .args(common(args, mode, &client_json));
     if args.alpn == "perf" {
         client.args(["--download", &args.bytes.to_string()]);

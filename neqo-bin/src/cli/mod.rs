@@ -1,6 +1,7 @@
 //! Command lines of `neqo-server` and `neqo-client` (also run by `neqo-loopback`).
 
 use std::{
+    io::IsTerminal as _,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -207,12 +208,26 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> 
 
 /// Logs to stderr, `RUST_LOG` or warnings by default.
 pub fn init_logging() {
+    init_logging_at("warn");
+}
+
+/// Logging to stderr at `level` unless `RUST_LOG` says otherwise; in colour only on a
+/// terminal, and never with `NO_COLOR` set (<https://no-color.org>).
+pub fn init_logging_at(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour(std::io::stderr().is_terminal()))
         .try_init();
+}
+
+/// Whether output to a terminal (`terminal`) may carry colour escapes: not with `NO_COLOR`
+/// set to anything but the empty string.
+#[must_use]
+pub fn colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Resolves on SIGINT or SIGTERM; elsewhere on Ctrl-C, the only stop request there is.

@@ -20,6 +20,7 @@ use crate::{
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "neqo-server",
+    version,
     about = "QUIC hq-interop and perf server on batched UDP I/O"
 )]
 pub struct ServerArgs {

@@ -58,9 +58,9 @@ pub struct ClientConfig {
     pub download: u64,
     /// perf: bytes to send the server, per request.
     pub upload: u64,
-    /// Save bodies here, the first request for each file name ([`hq::output_name`]); `/N`
-    /// bodies are verified against the pattern whether saved or not.
-    pub output_dir: Option<PathBuf>,
+    /// Where response bodies go (hq-interop); `/N` bodies are verified against the pattern
+    /// whether saved or not.
+    pub save: Save,
     /// Whom to trust.
     pub trust: Trust,
     /// Idle timeout, congestion control, qlog.
@@ -81,6 +81,22 @@ pub struct ClientConfig {
     pub key_update: bool,
 }
 
+/// Where response bodies go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Save {
+    /// Nowhere.
+    #[default]
+    Nothing,
+    /// Each into this directory (created if missing), named after its path
+    /// ([`hq::output_name`]): the first request for each name.
+    Dir(PathBuf),
+    /// The first request's body into this file.
+    File(PathBuf),
+    /// The first request's body to standard output.
+    Stdout,
+}
+
 impl Default for ClientConfig {
     fn default() -> Self {
         Self {
@@ -94,7 +110,7 @@ impl Default for ClientConfig {
             alpn: ALPN_HQ.to_owned(),
             download: 0,
             upload: 0,
-            output_dir: None,
+            save: Save::Nothing,
             trust: Trust::Nobody,
             transport: TransportOptions {
                 keep_alive: Some(tls::CLIENT_KEEP_ALIVE),
@@ -220,7 +236,7 @@ pub async fn run_until(
             config.alpn
         );
     }
-    if let Some(dir) = config.output_dir.clone() {
+    if let Save::Dir(dir) = config.save.clone() {
         tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))
         })

@@ -1,4 +1,4 @@
-//! One `--output-dir` body on its way to disk.
+//! One saved body (`--output-dir`, `-o`, standard output) on its way out.
 //!
 //! Bytes read from the stream collect in a buffer of at most [`CHUNK`]; a full buffer (or, at
 //! the FIN, whatever is left) becomes one write job on the blocking pool. While a write is in
@@ -6,6 +6,53 @@
 //! stream, so a slow disk holds the server back through flow control.
 
 use std::{fs::File, io, path::PathBuf};
+
+/// Where one body goes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Sink {
+    /// A file, created (truncated) by the first write.
+    File(PathBuf),
+    /// Standard output (a copy of its descriptor, so that the write jobs own what they use).
+    Stdout,
+}
+
+impl Sink {
+    fn open(&self) -> io::Result<File> {
+        match self {
+            Self::File(path) => File::create(path),
+            Self::Stdout => stdout(),
+        }
+    }
+}
+
+impl std::fmt::Display for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(path) => path.display().fmt(f),
+            Self::Stdout => f.write_str("standard output"),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn stdout() -> io::Result<File> {
+    use std::os::fd::AsFd as _;
+    Ok(File::from(io::stdout().as_fd().try_clone_to_owned()?))
+}
+
+#[cfg(windows)]
+fn stdout() -> io::Result<File> {
+    use std::os::windows::io::AsHandle as _;
+    Ok(File::from(io::stdout().as_handle().try_clone_to_owned()?))
+}
+
+#[cfg(not(any(unix, windows)))]
+fn stdout() -> io::Result<File> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no standard output to write a body to on this platform",
+    ))
+}
 
 use bytes::BytesMut;
 use quinn_proto::{ConnectionHandle, StreamId};
@@ -28,7 +75,7 @@ pub(super) struct WriteDone {
 
 #[derive(Debug)]
 pub(super) struct Output {
-    path: PathBuf,
+    sink: Sink,
     /// `None` before the first write and while a write is in flight.
     file: Option<File>,
     /// Received, not yet handed to a write.
@@ -41,9 +88,9 @@ pub(super) struct Output {
 }
 
 impl Output {
-    pub(super) fn new(path: PathBuf) -> Self {
+    pub(super) fn new(sink: Sink) -> Self {
         Self {
-            path,
+            sink,
             file: None,
             buf: BytesMut::new(),
             writing: false,
@@ -53,8 +100,8 @@ impl Output {
     }
 
     /// Where the body goes.
-    pub(super) fn path(&self) -> &std::path::Path {
-        &self.path
+    pub(super) const fn sink(&self) -> &Sink {
+        &self.sink
     }
 
     /// How many more stream bytes may be taken now.
@@ -106,9 +153,9 @@ impl Output {
         self.writing = true;
         let data = self.buf.split().freeze();
         let last = self.fin;
-        let (file, path) = (self.file.take(), self.path.clone());
+        let (file, sink) = (self.file.take(), self.sink.clone());
         Some(move || {
-            let file = disk::write_chunk(file, &path, &data)?;
+            let file = disk::write_chunk(file, || sink.open(), &data)?;
             Ok((!last).then_some(file))
         })
     }
@@ -134,7 +181,7 @@ mod tests {
     fn one_write_in_flight_and_room_only_when_the_buffer_drains() {
         let dir = std::env::temp_dir().join(format!("neqo-bin-output-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut out = Output::new(dir.join("body"));
+        let mut out = Output::new(Sink::File(dir.join("body")));
         assert!(out.next_write().is_none(), "nothing due yet");
         out.push(&vec![1; CHUNK]);
         assert_eq!(out.room(), 0);
@@ -157,7 +204,7 @@ mod tests {
         expected.extend(b"tail");
         assert_eq!(std::fs::read(dir.join("body")).unwrap(), expected);
 
-        let mut empty = Output::new(dir.join("empty"));
+        let mut empty = Output::new(Sink::File(dir.join("empty")));
         empty.end();
         let job = empty
             .next_write()

@@ -91,6 +91,26 @@ impl ClientReport {
         s
     }
 
+    /// One line: requests, failures, bytes, time and rate (what a client prints after every
+    /// run).
+    #[must_use]
+    pub fn line(&self) -> String {
+        let plural = |n: u64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let rate = if self.gbps >= 1.0 {
+            format!("{:.2} Gbit/s", self.gbps)
+        } else {
+            format!("{:.1} Mbit/s", self.gbps * 1e3)
+        };
+        format!(
+            "{} ({} failed) on {}: received {} B in {:.3} s, {rate}",
+            plural(self.requests + self.failed_requests, "request"),
+            self.failed_requests,
+            plural(self.connections, "connection"),
+            self.bytes_received,
+            self.seconds,
+        )
+    }
+
     fn transfer_summary(&self) -> String {
         format!(
             "{} requests ({} failed) on {} connections: received {} B, sent {} B in {:.3} s = {:.3} Gbit/s; datagrams/syscall rx {:.2} tx {:.2}; kernel drops {}; lost packets {}",

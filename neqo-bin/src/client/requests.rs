@@ -6,7 +6,6 @@
 use std::{
     collections::{HashSet, VecDeque},
     ops::ControlFlow,
-    path::PathBuf,
     time::Instant,
 };
 
@@ -14,10 +13,10 @@ use bytes::Bytes;
 use quinn_proto::{Connection, ConnectionHandle, Dir, StreamId};
 
 use super::{
-    ClientConfig, ClientReport,
+    ClientConfig, ClientReport, Save,
     keys::KeyUpdate,
     load::Latencies,
-    output::{Output, WriteDone},
+    output::{Output, Sink, WriteDone},
     report,
 };
 use crate::{
@@ -74,8 +73,8 @@ pub(super) struct Shared {
     pub(super) connection_gbps: Vec<f64>,
     pub(super) last_fin: Option<Instant>,
     pub(super) writes: Jobs<WriteDone>,
-    /// Output files some request saves to: one request each.
-    saved: HashSet<PathBuf>,
+    /// Where some request saves its body: one request each.
+    saved: HashSet<Sink>,
     next_token: u64,
 }
 
@@ -147,7 +146,7 @@ impl Open {
     pub(super) fn zero_rtt_rejected(&mut self, s: &mut Shared) {
         for (_, req) in self.streams.drain() {
             if let Some(out) = &req.output {
-                s.saved.remove(out.path());
+                s.saved.remove(out.sink());
             }
         }
         self.queue = (0..s.requests.len()).collect();
@@ -186,13 +185,14 @@ impl Open {
                     expected,
                 )
             };
-            let output = match &s.config.output_dir {
-                Some(dir) if !s.perf => {
-                    let target = dir.join(hq::output_name(&path));
-                    s.saved.insert(target.clone()).then(|| Output::new(target))
-                }
-                _ => None,
+            let sink = match &s.config.save {
+                _ if s.perf => None,
+                Save::Nothing => None,
+                Save::Dir(dir) => Some(Sink::File(dir.join(hq::output_name(&path)))),
+                Save::File(file) => Some(Sink::File(file.clone())),
+                Save::Stdout => Some(Sink::Stdout),
             };
+            let output = sink.and_then(|t| s.saved.insert(t.clone()).then(|| Output::new(t)));
             s.next_token += 1;
             self.streams.insert(
                 id,
@@ -326,11 +326,7 @@ impl Open {
                 self.read(s, done.connection, conn, done.id, now);
             }
             Err(e) => {
-                let msg = format!(
-                    "{}: cannot save the body to {}: {e}",
-                    req.path,
-                    out.path().display()
-                );
+                let msg = format!("{}: cannot save the body to {}: {e}", req.path, out.sink());
                 // Given up: the server need not send the rest, nor we.
                 body::cancel(conn, done.id, 0u32.into());
                 self.finish_request(s, conn, done.id, now, Some(msg));
