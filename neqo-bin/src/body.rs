@@ -118,9 +118,12 @@ impl Source {
             };
             let total = chunk.len();
             let mut chunks = [chunk];
-            let written = match stream.write_chunks(&mut chunks) {
-                Ok(w) => w.bytes,
-                Err(WriteError::Blocked) => 0,
+            // Only a write that says Blocked registers the stream for a Writable event: a
+            // partial write (cut at the connection's flow-control limit or send window) does
+            // not, so the loop writes again until quinn-proto says Blocked.
+            let (written, blocked) = match stream.write_chunks(&mut chunks) {
+                Ok(w) => (w.bytes, false),
+                Err(WriteError::Blocked) => (0, true),
                 Err(WriteError::Stopped(_) | WriteError::ClosedStream) => {
                     return Err(StreamClosed);
                 }
@@ -136,7 +139,7 @@ impl Source {
                 }
                 _ => {}
             }
-            if written < total {
+            if blocked || (written == 0 && total > 0) {
                 return Ok(Pumped::Blocked);
             }
         }
