@@ -560,13 +560,12 @@ impl Application for Uploader {
                 self.pump(conn);
             }
             Event::Stream(StreamEvent::Writable { .. }) => self.pump(conn),
-            Event::Stream(StreamEvent::Readable { id }) => {
+            Event::Stream(StreamEvent::Readable { id })
                 if crate::body::read_stream(conn, id, |_| std::ops::ControlFlow::Continue(()))
-                    == crate::body::ReadEnd::Fin
-                {
-                    self.response_fin = true;
-                    conn.close(now, 0u32.into(), Bytes::from_static(b"done"));
-                }
+                    == crate::body::ReadEnd::Fin =>
+            {
+                self.response_fin = true;
+                conn.close(now, 0u32.into(), Bytes::from_static(b"done"));
             }
             _ => {}
         }
