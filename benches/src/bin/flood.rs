@@ -22,14 +22,12 @@ fn main() {
 #[cfg(target_os = "linux")]
 mod linux {
     use std::{
-        net::{SocketAddr, UdpSocket},
+        net::SocketAddr,
         process::Command,
-        sync::Arc,
         time::{Duration, Instant},
     };
 
     use anyhow::{Context as _, bail};
-    use neqo_bin::tls::{self, ALPN_HQ, Trust};
     use test_fixtures::{BUILD_NEQO_BINS, Server, cargo_build, release_binary};
 
     /// The server settings compared, one row each.
@@ -68,48 +66,6 @@ mod linux {
         }
         Ok(a)
     }
-
-    /// `count` client Initials, each of a new connection with its own random IDs.
-    fn initials(count: usize, server: SocketAddr) -> anyhow::Result<Vec<Vec<u8>>> {
-        let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ)?;
-        let mut endpoint = quinn_proto::Endpoint::new(
-            Arc::new(quinn_proto::EndpointConfig::default()),
-            None,
-            true,
-            None,
-        );
-        let now = Instant::now();
-        let mut out = Vec::with_capacity(count);
-        for _ in 0..count {
-            let config = quinn_proto::ClientConfig::new(crypto.clone());
-            let (_, mut conn) = endpoint.connect(now, config, server, "localhost")?;
-            let mut buf = Vec::new();
-            let t = conn.poll_transmit(now, 1, &mut buf).context("no Initial")?;
-            buf.truncate(t.size);
-            out.push(buf);
-        }
-        Ok(out)
-    }
-
-    /// Sends `initials` to `to` at `rate` a second, round robin over `sources` sockets.
-    fn flood(initials: &[Vec<u8>], to: SocketAddr, rate: u32, sources: usize) -> io::Result<()> {
-        let sockets = (0..sources)
-            .map(|_| UdpSocket::bind("127.0.0.1:0"))
-            .collect::<io::Result<Vec<_>>>()?;
-        let start = Instant::now();
-        for (i, d) in initials.iter().enumerate() {
-            let due = start + Duration::from_secs_f64(i as f64 / f64::from(rate));
-            let now = Instant::now();
-            if due > now + Duration::from_micros(500) {
-                std::thread::sleep(due - now);
-            }
-            // A full buffer (the server not reading) loses the datagram, as on a wire.
-            let _ = sockets[i % sources].send_to(d, to);
-        }
-        Ok(())
-    }
-
-    use std::io;
 
     /// The resident set of process `pid` now, in MB.
     fn rss_mb(pid: u32) -> f64 {
@@ -166,9 +122,11 @@ mod linux {
             )?;
             let addr = server.addr();
             let idle = client(addr);
-            let datagrams = initials(args.count, addr)?;
+            let datagrams = benches::attack::initials(args.count, addr)?;
             let (rate, sources) = (args.rate, args.sources);
-            let flooder = std::thread::spawn(move || flood(&datagrams, addr, rate, sources));
+            let flooder = std::thread::spawn(move || {
+                benches::attack::send_paced(&datagrams, addr, rate, sources, addr.ip())
+            });
             std::thread::sleep(Duration::from_secs(1));
             let during = client(addr);
             flooder.join().expect("flood thread")?;

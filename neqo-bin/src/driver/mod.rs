@@ -96,8 +96,8 @@ pub struct Driver {
     pacing: bool,
     /// What the pacer is to wait on.
     pacing_timer: PacingTimer,
-    /// Sub-millisecond wake-ups for near deadlines (pacer releases), when pacing: made at
-    /// the first wait, inside the runtime it registers with.
+    /// Sub-millisecond wake-ups for near deadlines (pacer releases), when pacing: made when
+    /// `run` starts, inside the runtime it registers with.
     precise: Option<PreciseTimer>,
     counters: DriverCounters,
     /// Datagrams of one receive, kept for its allocation.
@@ -218,8 +218,8 @@ impl Driver {
         self
     }
 
-    /// Makes the precise timer on first use when pacing asks for it; tokio's timers (and the
-    /// counters saying so) where there is none.
+    /// Makes the precise timer when pacing asks for it (once; inside the runtime it registers
+    /// with); tokio's timers (and the counters saying so) where there is none.
     fn make_precise_timer(&mut self) {
         if self.pacing && self.pacing_timer == PacingTimer::Precise && self.precise.is_none() {
             match PreciseTimer::new() {
@@ -403,6 +403,9 @@ impl Driver {
         let shutdown = pin!(shutdown);
         // Fused: a finished future must not be polled again.
         let mut shutdown = Some(shutdown);
+        // Made now rather than at the first paced wait: a server holds the same descriptors
+        // idle and under load, so that one more is a leak.
+        self.make_precise_timer();
         loop {
             let turn = self.turn(app, Instant::now())?;
             if turn.done {

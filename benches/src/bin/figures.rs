@@ -1,0 +1,334 @@
+//! The figures the docs publish, each produced by the command that measures it.
+//!
+//! - `figures refresh [NAME...]` runs each figure's command (all of them without names) and
+//!   records what it printed, with the commit, date, kernel and CPU, in
+//!   `docs/results/NAME.json`; then renders.
+//! - `figures render` writes every recorded figure into the markdown blocks that show it:
+//!   `<!-- figure: NAME -->` ... `<!-- /figure -->` in README.md and docs/*.md, each followed
+//!   by the command, commit and date it came from.
+//! - `figures check` fails when a block differs from its record, or names no known figure
+//!   (CI runs it: a table edited by hand, or a record without its render, shows).
+//! - `figures list`: the figures and their commands.
+//!
+//! Run from the workspace root: `cargo run --release -p benches --bin figures -- refresh`.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode, Stdio},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::{Value, json};
+
+/// One published figure.
+struct Figure {
+    name: &'static str,
+    about: &'static str,
+    /// `cargo` arguments that measure it; what they print on stdout is the figure.
+    cargo: &'static [&'static str],
+    /// Its output is markdown already (a table); otherwise it is shown as a text block.
+    markdown: bool,
+}
+
+const FIGURES: &[Figure] = &[
+    Figure {
+        name: "loopback",
+        about: "the main job: 1 GiB over loopback, batched against single I/O",
+        cargo: &[
+            "run",
+            "--release",
+            "-p",
+            "neqo-bin",
+            "--bin",
+            "neqo-loopback",
+        ],
+        markdown: false,
+    },
+    Figure {
+        name: "compare",
+        about: "one connection's download: neqo, the msquic peer and TCP+TLS side by side",
+        cargo: &[
+            "run",
+            "--release",
+            "-p",
+            "benches",
+            "--bin",
+            "compare",
+            "--",
+            "--runs",
+            "3",
+        ],
+        markdown: true,
+    },
+    Figure {
+        name: "curve",
+        about: "many connections: server CPU per GB against the msquic server",
+        cargo: &[
+            "run",
+            "--release",
+            "-p",
+            "benches",
+            "--bin",
+            "compare",
+            "--",
+            "--curve",
+            "--workers",
+            "1",
+            "--concurrency",
+            "1,128,1000",
+            "--runs",
+            "3",
+        ],
+        markdown: true,
+    },
+];
+
+const RESULTS: &str = "docs/results";
+const END: &str = "<!-- /figure -->";
+
+fn figure(name: &str) -> Result<&'static Figure, String> {
+    FIGURES.iter().find(|f| f.name == name).ok_or_else(|| {
+        let known: Vec<_> = FIGURES.iter().map(|f| f.name).collect();
+        format!("no figure {name:?} (known: {})", known.join(", "))
+    })
+}
+
+fn command_line(f: &Figure) -> String {
+    format!("cargo {}", f.cargo.join(" "))
+}
+
+/// What a command printed, trimmed; `None` when it could not run.
+fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The civil date (UTC) of `secs` after the epoch.
+fn date(secs: u64) -> String {
+    // Howard Hinnant's days-to-civil.
+    let z = i64::try_from(secs / 86_400).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Where it is measured: commit (marked when the tree has changes), date, kernel, CPU.
+fn provenance() -> Value {
+    let commit = output("git", &["rev-parse", "--short=7", "HEAD"]).unwrap_or_default();
+    let dirty = output("git", &["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| s.lines().any(|l| !l.contains(RESULTS)));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| format!("Linux {}", s.trim()))
+        .unwrap_or_else(|_| std::env::consts::OS.to_owned());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    json!({
+        "commit": if dirty { format!("{commit}+changes") } else { commit },
+        "date": date(now),
+        "kernel": kernel,
+        "cpu": cpu,
+        "cores": std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+    })
+}
+
+fn record_path(name: &str) -> PathBuf {
+    Path::new(RESULTS).join(format!("{name}.json"))
+}
+
+fn refresh(f: &Figure) -> Result<(), String> {
+    eprintln!("figures: {}: {}", f.name, command_line(f));
+    let out = Command::new("cargo")
+        .args(f.cargo)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{}: cannot run cargo: {e}", f.name))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {} failed ({})",
+            f.name,
+            command_line(f),
+            out.status
+        ));
+    }
+    let mut record = provenance();
+    record["name"] = json!(f.name);
+    record["command"] = json!(command_line(f));
+    record["output"] = json!(String::from_utf8_lossy(&out.stdout).trim_end());
+    std::fs::create_dir_all(RESULTS).map_err(|e| format!("{RESULTS}: {e}"))?;
+    let path = record_path(f.name);
+    let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())? + "\n";
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The markdown a block of figure `f` holds, from its record.
+fn rendered(f: &Figure) -> Result<String, String> {
+    let path = record_path(f.name);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "{}: no record ({e}); run `figures refresh {}`",
+            path.display(),
+            f.name
+        )
+    })?;
+    let r: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
+    let body = s("output");
+    let shown = if f.markdown {
+        body
+    } else {
+        format!("```text\n{body}\n```")
+    };
+    Ok(format!(
+        "{shown}\n\nMeasured at `{}` on {} ({}, {}, {} cores; client and server share them) with \
+         `{}`. Refresh: `cargo run --release -p benches --bin figures -- refresh {}`.",
+        s("commit"),
+        s("date"),
+        s("kernel"),
+        s("cpu"),
+        r.get("cores").and_then(Value::as_u64).unwrap_or(0),
+        s("command"),
+        f.name
+    ))
+}
+
+/// README.md and docs/*.md.
+fn documents() -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir("docs")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    docs.insert(0, PathBuf::from("README.md"));
+    docs
+}
+
+/// `text` with every figure block rendered from its record.
+fn render_text(text: &str, doc: &Path) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<!-- figure: ") {
+        let open_end = rest[start..]
+            .find("-->")
+            .map(|i| start + i + 3)
+            .ok_or_else(|| format!("{}: an unclosed figure marker", doc.display()))?;
+        let name = rest[start + "<!-- figure: ".len()..open_end - 3].trim();
+        let f = figure(name).map_err(|e| format!("{}: {e}", doc.display()))?;
+        let close = rest[open_end..]
+            .find(END)
+            .map(|i| open_end + i)
+            .ok_or_else(|| format!("{}: figure {name} has no {END}", doc.display()))?;
+        out.push_str(&rest[..open_end]);
+        out.push('\n');
+        out.push_str(&rendered(f)?);
+        out.push('\n');
+        rest = &rest[close..];
+        out.push_str(&rest[..END.len()]);
+        rest = &rest[END.len()..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Renders every document; with `check`, only says which differ. Returns those that differ.
+fn render(check: bool) -> Result<Vec<PathBuf>, String> {
+    let mut differ = Vec::new();
+    for doc in documents() {
+        let Ok(text) = std::fs::read_to_string(&doc) else {
+            continue;
+        };
+        let new = render_text(&text, &doc)?;
+        if new != text {
+            if !check {
+                std::fs::write(&doc, &new).map_err(|e| format!("{}: {e}", doc.display()))?;
+            }
+            differ.push(doc);
+        }
+    }
+    Ok(differ)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("list") => {
+            for f in FIGURES {
+                println!("{:10} {}\n{:10} {}", f.name, f.about, "", command_line(f));
+            }
+            Ok(())
+        }
+        Some("refresh") => {
+            let chosen: Result<Vec<_>, _> = if args.len() == 1 {
+                Ok(FIGURES.iter().collect())
+            } else {
+                args[1..].iter().map(|n| figure(n)).collect()
+            };
+            chosen.and_then(|fs| {
+                for f in fs {
+                    refresh(f)?;
+                }
+                render(false).map(|d| eprintln!("figures: rendered into {d:?}"))
+            })
+        }
+        Some("render") => render(false).map(|d| eprintln!("figures: rendered into {d:?}")),
+        Some("check") => render(true).and_then(|d| {
+            if d.is_empty() {
+                eprintln!("figures: every block matches its record");
+                Ok(())
+            } else {
+                Err(format!(
+                    "blocks differ from their records in {d:?}: run `figures render` (or refresh)"
+                ))
+            }
+        }),
+        _ => Err("usage: figures list | refresh [NAME...] | render | check".to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("figures: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(date(0), "1970-01-01");
+        assert_eq!(date(951_782_400), "2000-02-29");
+        assert_eq!(date(1_795_564_800), "2026-11-25");
+        assert_eq!(date(1_795_564_800 + 86_399), "2026-11-25");
+    }
+
+    #[test]
+    fn a_block_naming_no_figure_or_left_open_is_an_error() {
+        let doc = Path::new("x.md");
+        assert!(render_text("<!-- figure: nope -->\n<!-- /figure -->", doc).is_err());
+        assert!(render_text("a <!-- figure: loopback --> b", doc).is_err());
+        assert_eq!(render_text("no blocks\n", doc).unwrap(), "no blocks\n");
+    }
+}

@@ -1,0 +1,451 @@
+//! The soak's clients: each job a `neqo-client` process (through a `neqo-relay` for the
+//! impaired ones) of a kind drawn from the seed, what it must deliver, the fault it suffers if
+//! any, and the verdict on how it ended.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use rand::{Rng as _, rngs::StdRng, seq::IndexedRandom as _};
+use serde_json::Value;
+use test_fixtures::{Server, release_binary};
+
+/// The longest a job may run: past it, it is a hang (a bug).
+pub const JOB_LIMIT: Duration = Duration::from_secs(180);
+
+/// The files served from the root: (name, size).
+pub const FILES: [(&str, usize); 4] = [
+    ("empty", 0),
+    ("small", 1000),
+    ("page", 100_003),
+    ("big", 3_000_017),
+];
+
+/// Byte `i` of a served file: no pattern a misplaced chunk could repeat.
+pub fn file_byte(i: usize) -> u8 {
+    ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `hq-interop` `/N` downloads, several connections and requests.
+    Download,
+    /// A file from the root, saved with `-o` and compared.
+    File,
+    /// `perf` uploads (and a download).
+    Upload,
+    /// Connection churn: many short connections, resumed with tickets and 0-RTT.
+    Churn,
+    /// Through a relay with loss, reordering and a new client port every 300 ms.
+    Impaired,
+    /// A slow reader: the client stopped (SIGSTOP) for most of every second.
+    Slow,
+    /// Cancelled by the client (SIGINT) mid-transfer.
+    Cancelled,
+    /// Killed (SIGKILL) mid-transfer: the server must time the connection out.
+    Killed,
+    /// A path the server refuses with a stream reset.
+    Refused,
+}
+
+impl Kind {
+    /// Each kind and its weight in the mix.
+    pub const MIX: [(Self, u32); 9] = [
+        (Self::Download, 6),
+        (Self::File, 3),
+        (Self::Upload, 3),
+        (Self::Churn, 2),
+        (Self::Impaired, 2),
+        (Self::Slow, 1),
+        (Self::Cancelled, 2),
+        (Self::Killed, 1),
+        (Self::Refused, 1),
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Download => "download",
+            Self::File => "file",
+            Self::Upload => "upload",
+            Self::Churn => "churn",
+            Self::Impaired => "impaired",
+            Self::Slow => "slow reader",
+            Self::Cancelled => "cancelled",
+            Self::Killed => "killed",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// What a job must deliver.
+#[derive(Debug, Clone)]
+enum Expect {
+    /// Success: this many requests, this many body bytes received (verified by the client).
+    Transfer { requests: u64, bytes: u64 },
+    /// Success, and the saved file equal to served file `FILES[i]`.
+    File { index: usize, saved: PathBuf },
+    /// Success: this many requests, at least this many bytes sent.
+    Upload { requests: u64, sent: u64 },
+    /// Failure, the stream reset by the server.
+    Reset,
+    /// Anything but a hang: the fault ends it.
+    Faulted,
+}
+
+/// A signal for the client, by `kill`.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// SIGINT at this time after the start.
+    Interrupt(Duration),
+    /// SIGKILL at this time after the start.
+    Kill(Duration),
+    /// SIGSTOP for 700 ms of every second.
+    Stalls,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// It failed, as the fault it suffered explains.
+    Explained(String),
+    /// It failed and nothing injected explains it: a bug.
+    Unexplained(String),
+}
+
+/// What a finished job counts for.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub kind: Kind,
+    pub verdict: Verdict,
+    pub requests: u64,
+    pub bytes: u64,
+}
+
+pub struct Job {
+    kind: Kind,
+    expect: Expect,
+    fault: Option<Fault>,
+    child: Child,
+    relay: Option<Server>,
+    started: Instant,
+    dir: PathBuf,
+    /// The client is stopped now (the slow reader).
+    stopped: bool,
+    signalled: bool,
+}
+
+fn kill(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl Job {
+    /// Starts job number `n` of kind `kind` against `server`, its files in `dir` (made here).
+    pub fn start(
+        kind: Kind,
+        n: u64,
+        server: SocketAddr,
+        dir: &Path,
+        rng: &mut StdRng,
+    ) -> anyhow::Result<Self> {
+        let dir = dir.join(format!("job-{n}"));
+        std::fs::create_dir_all(&dir)?;
+        let json = dir.join("client.json");
+        let mut args: Vec<String> = vec!["--insecure".into(), "--no-progress".into()];
+        let mut target = server;
+        let mut relay = None;
+        let mut fault = None;
+        let url = |to: SocketAddr, path: &str| format!("https://{to}{path}");
+        let expect = match kind {
+            Kind::Download => {
+                let size = *[10_000u64, 100_000, 1_000_000, 8_000_000]
+                    .choose(rng)
+                    .unwrap_or(&1);
+                let conns = rng.random_range(1..=4u64);
+                let n = rng.random_range(1..=3u64);
+                args.extend([
+                    url(target, &format!("/{size}")),
+                    "--connections".into(),
+                    conns.to_string(),
+                    "--concurrency".into(),
+                    conns.to_string(),
+                    "-n".into(),
+                    n.to_string(),
+                ]);
+                if rng.random_bool(0.5) {
+                    args.push("--parallel".into());
+                }
+                Expect::Transfer {
+                    requests: conns * n,
+                    bytes: conns * n * size,
+                }
+            }
+            Kind::File => {
+                let index = rng.random_range(0..FILES.len());
+                let saved = dir.join("body");
+                args.extend([
+                    url(target, &format!("/{}", FILES[index].0)),
+                    "-o".into(),
+                    saved.to_string_lossy().into_owned(),
+                ]);
+                Expect::File { index, saved }
+            }
+            Kind::Upload => {
+                let up = *[100_000u64, 1_000_000, 8_000_000].choose(rng).unwrap_or(&1);
+                let down = *[0u64, 1_000_000].choose(rng).unwrap_or(&0);
+                let n = rng.random_range(1..=2u64);
+                args.extend([
+                    url(target, "/"),
+                    "--alpn".into(),
+                    "perf".into(),
+                    "--upload".into(),
+                    up.to_string(),
+                    "--download".into(),
+                    down.to_string(),
+                    "-n".into(),
+                    n.to_string(),
+                ]);
+                Expect::Upload {
+                    requests: n,
+                    sent: n * up,
+                }
+            }
+            Kind::Churn => {
+                let conns = rng.random_range(8..=16u64);
+                args.extend([
+                    url(target, "/1000"),
+                    "--connections".into(),
+                    conns.to_string(),
+                    "--concurrency".into(),
+                    "3".into(),
+                ]);
+                Expect::Transfer {
+                    requests: conns,
+                    bytes: conns * 1000,
+                }
+            }
+            Kind::Impaired => {
+                let r = Server::start(
+                    Command::new(release_binary("neqo-relay")).args([
+                        "--listen".into(),
+                        "127.0.0.1:0".into(),
+                        "--upstream".into(),
+                        server.to_string(),
+                        "--loss".into(),
+                        "0.01".into(),
+                        "--reorder".into(),
+                        "0.01".into(),
+                        "--delay".into(),
+                        "2".into(),
+                        "--rebind-every".into(),
+                        "300".into(),
+                        "--seed".into(),
+                        rng.random::<u32>().to_string(),
+                    ]),
+                    Duration::from_secs(20),
+                )
+                .map_err(|e| anyhow::anyhow!("neqo-relay: {e}"))?;
+                target = r.addr();
+                relay = Some(r);
+                args.extend([url(target, "/4000000"), "-n".into(), "2".into()]);
+                Expect::Transfer {
+                    requests: 2,
+                    bytes: 8_000_000,
+                }
+            }
+            Kind::Slow => {
+                fault = Some(Fault::Stalls);
+                args.push(url(target, "/16000000"));
+                Expect::Transfer {
+                    requests: 1,
+                    bytes: 16_000_000,
+                }
+            }
+            Kind::Cancelled => {
+                fault = Some(Fault::Interrupt(Duration::from_millis(
+                    rng.random_range(100..800),
+                )));
+                args.push(url(target, "/400000000"));
+                Expect::Faulted
+            }
+            Kind::Killed => {
+                fault = Some(Fault::Kill(Duration::from_millis(
+                    rng.random_range(100..800),
+                )));
+                args.push(url(target, "/400000000"));
+                Expect::Faulted
+            }
+            Kind::Refused => {
+                args.push(url(target, "//etc/passwd"));
+                Expect::Reset
+            }
+        };
+        args.extend(["--json".into(), json.to_string_lossy().into_owned()]);
+        let child = Command::new(release_binary("neqo-client"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("stdout"))?)
+            .stderr(std::fs::File::create(dir.join("stderr"))?)
+            .spawn()?;
+        Ok(Self {
+            kind,
+            expect,
+            fault,
+            child,
+            relay,
+            started: Instant::now(),
+            dir,
+            stopped: false,
+            signalled: false,
+        })
+    }
+
+    /// Delivers its fault when due; returns how it ended once it has (its files removed).
+    pub fn poll(&mut self) -> Option<Finished> {
+        let age = self.started.elapsed();
+        let pid = self.child.id();
+        match self.fault {
+            Some(Fault::Interrupt(at)) if !self.signalled && age >= at => {
+                kill(pid, "-INT");
+                self.signalled = true;
+            }
+            Some(Fault::Kill(at)) if !self.signalled && age >= at => {
+                kill(pid, "-KILL");
+                self.signalled = true;
+            }
+            Some(Fault::Stalls) => {
+                let stop = age.subsec_millis() < 700;
+                if stop != self.stopped {
+                    kill(pid, if stop { "-STOP" } else { "-CONT" });
+                    self.stopped = stop;
+                }
+            }
+            _ => {}
+        }
+        let status = match self.child.try_wait() {
+            Ok(Some(status)) => status,
+            Ok(None) if age < JOB_LIMIT => return None,
+            _ => {
+                kill(pid, "-CONT");
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Some(
+                    self.finish(Verdict::Unexplained(format!("no end after {JOB_LIMIT:?}"))),
+                );
+            }
+        };
+        let stderr = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
+        let report: Option<Value> = std::fs::read_to_string(self.dir.join("client.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let u = |k: &str| {
+            report
+                .as_ref()
+                .and_then(|r| r.get(k))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        let (requests, received, sent, failed) = (
+            u("requests"),
+            u("bytes_received"),
+            u("bytes_sent"),
+            u("failed_requests"),
+        );
+        let last_line = stderr.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
+        let failure = |what: &str| format!("{what}: {status}; {last_line}");
+        let verdict = match &self.expect {
+            _ if !status.success() && self.fault.is_none_or(|f| matches!(f, Fault::Stalls)) => {
+                match self.expect {
+                    Expect::Reset if stderr.contains("reset") => {
+                        Verdict::Explained("the server reset the refused path".into())
+                    }
+                    _ => Verdict::Unexplained(failure("failed")),
+                }
+            }
+            Expect::Faulted => match self.fault {
+                Some(Fault::Interrupt(_)) if self.signalled => {
+                    Verdict::Explained("cancelled by the client".into())
+                }
+                Some(Fault::Kill(_)) if self.signalled => {
+                    Verdict::Explained("killed mid-transfer".into())
+                }
+                // Done before its fault came: a plain success.
+                _ if status.success() => Verdict::Ok,
+                _ => Verdict::Unexplained(failure("ended before its fault")),
+            },
+            Expect::Reset => Verdict::Unexplained("the refused path was served".into()),
+            Expect::Transfer { requests: r, bytes } => {
+                if requests == *r && received == *bytes && failed == 0 {
+                    Verdict::Ok
+                } else {
+                    Verdict::Unexplained(format!(
+                        "{requests} of {r} requests, {received} of {bytes} B, {failed} failed"
+                    ))
+                }
+            }
+            Expect::Upload {
+                requests: r,
+                sent: s,
+            } => {
+                if requests == *r && sent >= *s && failed == 0 {
+                    Verdict::Ok
+                } else {
+                    Verdict::Unexplained(format!(
+                        "{requests} of {r} uploads, {sent} of {s} B sent, {failed} failed"
+                    ))
+                }
+            }
+            Expect::File { index, saved } => {
+                let body = std::fs::read(saved).unwrap_or_default();
+                let (_, size) = FILES[*index];
+                if body.len() == size && body.iter().enumerate().all(|(i, &b)| b == file_byte(i)) {
+                    Verdict::Ok
+                } else {
+                    Verdict::Unexplained(format!(
+                        "the saved {} is {} B, not the {size} B served",
+                        FILES[*index].0,
+                        body.len()
+                    ))
+                }
+            }
+        };
+        let mut f = self.finish(verdict);
+        if f.verdict == Verdict::Ok || matches!(f.verdict, Verdict::Explained(_)) {
+            f.requests = requests;
+            f.bytes = received + sent;
+        }
+        Some(f)
+    }
+
+    fn finish(&mut self, verdict: Verdict) -> Finished {
+        if let Some(r) = self.relay.take() {
+            let _ = r.stop();
+        }
+        if verdict == Verdict::Ok || matches!(verdict, Verdict::Explained(_)) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        Finished {
+            kind: self.kind,
+            verdict,
+            requests: 0,
+            bytes: 0,
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            kill(self.child.id(), "-CONT");
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! `soak`: `neqo-server` (two workers, a key file, a root, its metrics endpoint, default flags
+//! otherwise) under a mixed load for `--minutes M`, seeded: downloads and uploads of varied
+//! sizes (`hq-interop` and `perf`), files saved and compared, connection churn with
+//! resumption and 0-RTT, clients through a relay that loses, reorders and rebinds, slow
+//! readers (stopped for most of every second), requests cancelled by the client and reset by
+//! the server, clients killed mid-transfer, and every so often a burst of Initials from many
+//! spoofed sources and of garbage. Every body is verified.
+//!
+//! Each second it samples the server: RSS, CPU, descriptors, threads (from `/proc`), open and
+//! half-open connections, receive windows granted, kernel drops, requests, datagrams and
+//! syscalls each way (from `--metrics`). When the load stops it waits for the server to go
+//! back to idle: no connection open or half-open, no window granted, the descriptors and
+//! threads it had before the load.
+//!
+//! Its report (stdout, and in `--out`: `samples.csv`, `soak.png`, `report.txt`): jobs by kind
+//! and how they ended, each failure explained by the fault it suffered or not (a bug);
+//! requests and bytes verified; the slopes of RSS, descriptors and open connections per hour
+//! after warm-up; the state at the end. Exits non-zero on an unexplained failure, on state
+//! left once the load stopped, or on a server that did not exit cleanly.
+//!
+//! `cargo run --release -p benches --bin soak -- [--minutes 30] [--seed 1] [--clients 6]
+//! [--out target/soak] [--no-build]`
+//!
+//! Linux only (it reads `/proc`); loopback only: the server, the relays and the spoofed
+//! sources are on 127.0.0.0/8.
+
+#[cfg(target_os = "linux")]
+mod jobs;
+#[cfg(target_os = "linux")]
+mod plot;
+#[cfg(target_os = "linux")]
+mod sample;
+
+#[cfg(target_os = "linux")]
+fn main() -> std::process::ExitCode {
+    match linux::main() {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("soak: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!("soak: samples the server from /proc, so it runs on Linux only");
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::{
+        collections::BTreeMap,
+        fmt::Write as _,
+        net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener},
+        path::PathBuf,
+        process::Command,
+        sync::{
+            Arc, Mutex,
+            atomic::{AtomicBool, Ordering},
+        },
+        time::{Duration, Instant},
+    };
+
+    use anyhow::{Context as _, bail};
+    use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
+    use test_fixtures::{BUILD_NEQO_BINS, BUILD_RELAY, Server, cargo_build, release_binary};
+
+    use super::{
+        jobs::{FILES, Finished, Job, Kind, Verdict, file_byte},
+        plot,
+        sample::{self, Sample},
+    };
+
+    /// The server's idle timeout (its default): a killed client's connection is gone after it.
+    const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The idle samples before the load, for the baseline.
+    const BASELINE: Duration = Duration::from_secs(3);
+    /// How long running jobs get to end once the load stops.
+    const WIND_DOWN: Duration = Duration::from_secs(200);
+
+    struct Args {
+        minutes: f64,
+        seed: u64,
+        clients: usize,
+        out: PathBuf,
+        build: bool,
+    }
+
+    fn args() -> anyhow::Result<Args> {
+        let mut a = Args {
+            minutes: 30.0,
+            seed: 1,
+            clients: 6,
+            out: PathBuf::from("target/soak"),
+            build: true,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--minutes" => a.minutes = value()?.parse().context("--minutes")?,
+                "--seed" => a.seed = value()?.parse().context("--seed")?,
+                "--clients" => a.clients = value()?.parse().context("--clients")?,
+                "--out" => a.out = PathBuf::from(value()?),
+                "--no-build" => a.build = false,
+                _ => bail!(
+                    "unknown flag {flag}; flags: --minutes M (0.5 to 600) --seed S --clients N (1 to 32) --out DIR --no-build"
+                ),
+            }
+        }
+        if !(0.5..=600.0).contains(&a.minutes) {
+            bail!("--minutes {}: 0.5 to 600", a.minutes);
+        }
+        if !(1..=32).contains(&a.clients) {
+            bail!("--clients {}: 1 to 32 client processes at once", a.clients);
+        }
+        Ok(a)
+    }
+
+    /// A free TCP port on 127.0.0.1 for the metrics endpoint.
+    fn free_port() -> anyhow::Result<u16> {
+        Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    }
+
+    /// A kind from the mix.
+    fn draw(rng: &mut StdRng) -> Kind {
+        let total: u32 = Kind::MIX.iter().map(|m| m.1).sum();
+        let mut x = rng.random_range(0..total);
+        for (kind, w) in Kind::MIX {
+            if x < w {
+                return kind;
+            }
+            x -= w;
+        }
+        Kind::Download
+    }
+
+    /// A burst of spoofed Initials and garbage at `server`, from 127.0.0.2 (another source
+    /// than the clients'), on a thread of its own.
+    fn burst(server: SocketAddr, seed: u64) -> std::thread::JoinHandle<anyhow::Result<usize>> {
+        std::thread::spawn(move || {
+            let spoofed = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+            let initials = benches::attack::initials(2000, server)?;
+            benches::attack::send_paced(&initials, server, 4000, 200, spoofed)?;
+            let garbage = benches::attack::garbage(2000, &mut StdRng::seed_from_u64(seed));
+            benches::attack::send_paced(&garbage, server, 4000, 200, spoofed)?;
+            Ok(initials.len() + garbage.len())
+        })
+    }
+
+    /// Per kind: runs, ok, explained failures, unexplained failures.
+    #[derive(Default)]
+    struct Tally {
+        runs: u64,
+        ok: u64,
+        explained: BTreeMap<String, u64>,
+        unexplained: Vec<String>,
+    }
+
+    pub fn main() -> anyhow::Result<bool> {
+        let a = args()?;
+        if a.build {
+            eprintln!("soak: building neqo-server, neqo-client and neqo-relay (release)...");
+            cargo_build(BUILD_NEQO_BINS).map_err(anyhow::Error::msg)?;
+            cargo_build(BUILD_RELAY).map_err(anyhow::Error::msg)?;
+        }
+        let _ = std::fs::remove_dir_all(&a.out);
+        let www = a.out.join("www");
+        std::fs::create_dir_all(&www)?;
+        for (name, size) in FILES {
+            std::fs::write(
+                www.join(name),
+                (0..size).map(file_byte).collect::<Vec<u8>>(),
+            )?;
+        }
+        let jobs_dir = a.out.join("jobs");
+        let metrics: SocketAddr = (Ipv4Addr::LOCALHOST, free_port()?).into();
+        let server = Server::start(
+            Command::new(release_binary("neqo-server"))
+                .args(["--listen", "127.0.0.1:0", "--workers", "2", "--key-file"])
+                .arg(a.out.join("server.key"))
+                .arg("--root")
+                .arg(&www)
+                .args(["--metrics", &metrics.to_string(), "--json"])
+                .arg(a.out.join("server.json")),
+            Duration::from_secs(30),
+        )
+        .map_err(|e| anyhow::anyhow!("neqo-server: {e}"))?;
+        let addr = server.addr();
+        let pid = server.id();
+        let started = Instant::now();
+        let duration = Duration::from_secs_f64(a.minutes * 60.0);
+        eprintln!(
+            "soak: neqo-server (pid {pid}) on {addr}, metrics on {metrics}; {} min of load from {} clients at once, seed {}",
+            a.minutes, a.clients, a.seed
+        );
+
+        // The sampler: one sample a second, tagged with the phase.
+        let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+        let phase = Arc::new(Mutex::new("idle"));
+        let done = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (samples, phase, done) = (samples.clone(), phase.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut next = Instant::now();
+                while !done.load(Ordering::Relaxed) {
+                    let p = *phase
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let s = sample::take(pid, metrics, started.elapsed().as_secs_f64(), p);
+                    samples
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(s);
+                    next += Duration::from_secs(1);
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                }
+            })
+        };
+        let snapshot = || {
+            samples
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        };
+        std::thread::sleep(BASELINE);
+        let idle = snapshot()
+            .last()
+            .cloned()
+            .filter(|s| s.scraped)
+            .context("the server's metrics endpoint did not answer")?;
+
+        // The load.
+        *phase
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = "load";
+        let mut rng = StdRng::seed_from_u64(a.seed);
+        let burst_every = (duration / 8).clamp(Duration::from_secs(15), Duration::from_secs(180));
+        let mut next_burst = Instant::now() + burst_every;
+        let mut bursts = Vec::new();
+        let mut running: Vec<Job> = Vec::new();
+        let mut finished: Vec<Finished> = Vec::new();
+        let mut n = 0u64;
+        let load_start = Instant::now();
+        while load_start.elapsed() < duration {
+            while running.len() < a.clients {
+                n += 1;
+                running.push(Job::start(draw(&mut rng), n, addr, &jobs_dir, &mut rng)?);
+            }
+            if Instant::now() >= next_burst {
+                bursts.push(burst(addr, rng.random()));
+                next_burst += burst_every;
+            }
+            running.retain_mut(|j| match j.poll() {
+                Some(f) => {
+                    finished.push(f);
+                    false
+                }
+                None => true,
+            });
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let load_end = started.elapsed().as_secs_f64();
+        let wind_down = Instant::now();
+        while !running.is_empty() && wind_down.elapsed() < WIND_DOWN {
+            running.retain_mut(|j| match j.poll() {
+                Some(f) => {
+                    finished.push(f);
+                    false
+                }
+                None => true,
+            });
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let hung = running.len();
+        drop(running);
+        let mut attack_datagrams = 0;
+        for b in bursts {
+            match b.join() {
+                Ok(Ok(sent)) => attack_datagrams += sent,
+                Ok(Err(e)) => bail!("an attack burst failed: {e}"),
+                Err(_) => bail!("an attack burst panicked"),
+            }
+        }
+
+        // Back to idle: every connection closed (a killed client's at the idle timeout), no
+        // window granted, the descriptors and threads of before.
+        *phase
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = "drain";
+        let drain_start = Instant::now();
+        let drain_limit = 2 * IDLE_TIMEOUT + Duration::from_secs(10);
+        let back_to_idle = |s: &Sample| {
+            s.scraped
+                && s.open == 0
+                && s.half_open == 0
+                && s.windows == 0
+                && s.fds <= idle.fds
+                && s.threads <= idle.threads
+        };
+        let mut drained_after = None;
+        while drain_start.elapsed() < drain_limit {
+            std::thread::sleep(Duration::from_secs(1));
+            if snapshot().last().is_some_and(back_to_idle) {
+                drained_after = Some(drain_start.elapsed());
+                break;
+            }
+        }
+        // A few more samples at rest.
+        std::thread::sleep(Duration::from_secs(3));
+        done.store(true, Ordering::Relaxed);
+        let _ = sampler.join();
+        let samples = snapshot();
+        let stopped = server.stop().context("stopping the server")?;
+
+        // The report.
+        let mut tally: BTreeMap<Kind, Tally> = BTreeMap::new();
+        let (mut requests, mut bytes) = (0, 0);
+        for f in &finished {
+            let t = tally.entry(f.kind).or_default();
+            t.runs += 1;
+            requests += f.requests;
+            bytes += f.bytes;
+            match &f.verdict {
+                Verdict::Ok => t.ok += 1,
+                Verdict::Explained(why) => *t.explained.entry(why.clone()).or_default() += 1,
+                Verdict::Unexplained(why) => t.unexplained.push(why.clone()),
+            }
+        }
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "soak: {} min at seed {}, {} clients at once, against neqo-server --workers 2 (pid {pid})",
+            a.minutes, a.seed, a.clients
+        );
+        let _ = writeln!(
+            out,
+            "\n| job | runs | ok | failed, explained | failed, unexplained |\n|---|---:|---:|---|---:|"
+        );
+        let mut unexplained = Vec::new();
+        for (kind, t) in &tally {
+            let explained: Vec<String> = t
+                .explained
+                .iter()
+                .map(|(w, c)| format!("{c} {w}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                kind.name(),
+                t.runs,
+                t.ok,
+                if explained.is_empty() {
+                    "0".into()
+                } else {
+                    explained.join("; ")
+                },
+                t.unexplained.len()
+            );
+            unexplained.extend(
+                t.unexplained
+                    .iter()
+                    .map(|w| format!("{}: {w}", kind.name())),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n{requests} requests completed and verified, {bytes} B verified; {} attack datagrams in bursts every {:?} (spoofed Initials and garbage from 127.0.0.2); {hung} jobs hung",
+            attack_datagrams, burst_every
+        );
+        for u in unexplained.iter().take(20) {
+            let _ = writeln!(out, "unexplained: {u}");
+        }
+
+        // Leaks: slopes after warm-up (the first fifth of the load, at least 10 s).
+        let warm = (load_end / 5.0).max(10.0).min(load_end);
+        let loaded: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| s.phase == "load" && s.t >= warm)
+            .collect();
+        let per_hour = |f: &dyn Fn(&Sample) -> f64| {
+            let points: Vec<(f64, f64)> = loaded.iter().map(|s| (s.t, f(s))).collect();
+            sample::slope(&points).map_or("-".to_owned(), |v| format!("{:+.1}", v * 3600.0))
+        };
+        let peak = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+        let last = samples.last().cloned().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "\nafter warm-up ({warm:.0} s), per hour: RSS {} MiB, descriptors {}, open connections {}",
+            per_hour(&|s| s.rss_kib as f64 / 1024.0),
+            per_hour(&|s| s.fds as f64),
+            per_hour(&|s| s.open as f64)
+        );
+        let _ = writeln!(
+            out,
+            "RSS: {:.1} MiB idle, {:.1} MiB peak, {:.1} MiB at the end; descriptors {} idle, {} at the end; threads {} idle, {} at the end",
+            idle.rss_kib as f64 / 1024.0,
+            peak as f64 / 1024.0,
+            last.rss_kib as f64 / 1024.0,
+            idle.fds,
+            last.fds,
+            idle.threads,
+            last.threads
+        );
+        let _ = writeln!(
+            out,
+            "the server's CPU: {:.1} s in all; kernel drops {}; requests answered {}",
+            last.cpu_s, last.kernel_drops, last.requests
+        );
+        match drained_after {
+            Some(d) => {
+                let _ = writeln!(
+                    out,
+                    "back to idle {:.0} s after the load stopped (no connection open or half-open, no window granted, the descriptors and threads of before)",
+                    d.as_secs_f64()
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "NOT back to idle {drain_limit:?} after the load stopped: open {} half-open {} windows {} B descriptors {} threads {}",
+                    last.open, last.half_open, last.windows, last.fds, last.threads
+                );
+            }
+        }
+        let clean_exit = stopped.success() && !stopped.killed;
+        if !clean_exit {
+            let _ = writeln!(out, "the server did not exit cleanly: {}", stopped.ending());
+        }
+
+        let csv: String = std::iter::once(Sample::CSV_HEADER.to_owned())
+            .chain(samples.iter().map(Sample::csv))
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(a.out.join("samples.csv"), csv + "\n")?;
+        match plot::write(&samples, load_end, &a.out.join("soak.png")) {
+            Ok(()) => {
+                let _ = writeln!(out, "plot: {}", a.out.join("soak.png").display());
+            }
+            Err(e) => {
+                let _ = writeln!(out, "no plot: {e}");
+            }
+        }
+        std::fs::write(a.out.join("report.txt"), &out)?;
+        print!("{out}");
+        let pass = unexplained.is_empty() && hung == 0 && drained_after.is_some() && clean_exit;
+        println!("verdict: {}", if pass { "pass" } else { "FAIL" });
+        Ok(pass)
+    }
+}
