@@ -171,7 +171,7 @@ fn refresh(f: &Figure) -> Result<(), String> {
     let mut record = provenance();
     record["name"] = json!(f.name);
     record["command"] = json!(command_line(f));
-    record["output"] = json!(String::from_utf8_lossy(&out.stdout).trim_end());
+    record["output"] = json!(String::from_utf8_lossy(&out.stdout).trim_matches('\n'));
     std::fs::create_dir_all(RESULTS).map_err(|e| format!("{RESULTS}: {e}"))?;
     let path = record_path(f.name);
     let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())? + "\n";
@@ -190,7 +190,7 @@ fn rendered(f: &Figure) -> Result<String, String> {
     })?;
     let r: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
-    let body = s("output");
+    let body = s("output").trim_matches('\n').to_owned();
     let shown = if f.markdown {
         body
     } else {
@@ -223,11 +223,21 @@ fn documents() -> Vec<PathBuf> {
     docs
 }
 
+/// Where the first marker that starts a line is in `text`.
+fn find_marker(text: &str) -> Option<usize> {
+    const OPEN: &str = "<!-- figure: ";
+    if text.starts_with(OPEN) {
+        return Some(0);
+    }
+    text.find(&format!("\n{OPEN}")).map(|i| i + 1)
+}
+
 /// `text` with every figure block rendered from its record.
 fn render_text(text: &str, doc: &Path) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = text;
-    while let Some(start) = rest.find("<!-- figure: ") {
+    // A marker starts its line: one quoted inside a sentence is prose.
+    while let Some(start) = find_marker(rest) {
         let open_end = rest[start..]
             .find("-->")
             .map(|i| start + i + 3)
@@ -328,7 +338,9 @@ mod tests {
     fn a_block_naming_no_figure_or_left_open_is_an_error() {
         let doc = Path::new("x.md");
         assert!(render_text("<!-- figure: nope -->\n<!-- /figure -->", doc).is_err());
-        assert!(render_text("a <!-- figure: loopback --> b", doc).is_err());
+        assert!(render_text("<!-- figure: loopback --> b", doc).is_err(), "left open");
         assert_eq!(render_text("no blocks\n", doc).unwrap(), "no blocks\n");
+        let prose = "a `<!-- figure: NAME -->` marker\n";
+        assert_eq!(render_text(prose, doc).unwrap(), prose, "quoted in a sentence");
     }
 }
