@@ -3,7 +3,7 @@
 //!
 //! Pieces of the pattern are slices of one static table, so sending a generated body of any
 //! length allocates nothing and copies nothing on the sender's side. Nothing here depends on a
-//! QUIC stack: [`slice`] suits a peer that sends from `&'static [u8]` buffers, [`chunk`] one
+//! QUIC stack: [`slice()`] suits a peer that sends from `&'static [u8]` buffers, [`chunk`] one
 //! that takes [`Bytes`].
 
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use bytes::Bytes;
 /// amortise per-chunk work, small enough to bound what a stream holds.
 pub const CHUNK: usize = 64 * 1024;
 
-/// Largest piece [`slice`] hands out.
+/// Largest piece [`slice()`] hands out.
 pub const MAX_SLICE: usize = 256 * 1024;
 
 /// `MAX_SLICE` bytes from any starting phase `0..256`.

@@ -338,9 +338,16 @@ mod tests {
     fn a_block_naming_no_figure_or_left_open_is_an_error() {
         let doc = Path::new("x.md");
         assert!(render_text("<!-- figure: nope -->\n<!-- /figure -->", doc).is_err());
-        assert!(render_text("<!-- figure: loopback --> b", doc).is_err(), "left open");
+        assert!(
+            render_text("<!-- figure: loopback --> b", doc).is_err(),
+            "left open"
+        );
         assert_eq!(render_text("no blocks\n", doc).unwrap(), "no blocks\n");
         let prose = "a `<!-- figure: NAME -->` marker\n";
-        assert_eq!(render_text(prose, doc).unwrap(), prose, "quoted in a sentence");
+        assert_eq!(
+            render_text(prose, doc).unwrap(),
+            prose,
+            "quoted in a sentence"
+        );
     }
 }

@@ -77,7 +77,7 @@ pub struct ClientConfig {
     /// The TLS 1.3 cipher suites to offer, in order.
     pub cipher_suites: Vec<tls::CipherSuite>,
     /// Update the keys of each connection once, as soon as the handshake is confirmed and a
-    /// response has begun to arrive ([`keys`]).
+    /// response has begun to arrive (`client::keys`).
     pub key_update: bool,
 }
 

@@ -14,7 +14,7 @@ use super::{Admission, Application, Driver};
 const RECV_BUDGET: usize = 1;
 
 impl Driver {
-    /// Takes up to [`RECV_BUDGET`] batches from every path into the endpoint.
+    /// Takes up to `RECV_BUDGET` batches from every path into the endpoint.
     ///
     /// # Errors
     /// A socket error other than `WouldBlock`.

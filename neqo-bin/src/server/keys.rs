@@ -36,7 +36,7 @@ pub struct ServerKeys {
     pub reset: Arc<dyn HmacKey>,
     /// Seals Retry tokens (quinn-proto's `ServerConfig::token_key`).
     pub token: Arc<dyn HandshakeTokenKey>,
-    /// Signs the connection IDs the server makes ([`CidGenerator`](super::cid::CidGenerator)).
+    /// Signs the connection IDs the server makes (`cid::CidGenerator`).
     pub cid: hmac::Key,
 }
 
