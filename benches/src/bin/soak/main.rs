@@ -150,6 +150,17 @@ mod linux {
         })
     }
 
+    /// Moves the jobs that ended (after delivering the faults now due) to `finished`.
+    fn reap(running: &mut Vec<Job>, finished: &mut Vec<Finished>) {
+        running.retain_mut(|j| match j.poll() {
+            Some(f) => {
+                finished.push(f);
+                false
+            }
+            None => true,
+        });
+    }
+
     /// Per kind: runs, ok, explained failures, unexplained failures.
     #[derive(Default)]
     struct Tally {
@@ -253,25 +264,13 @@ mod linux {
                 bursts.push(burst(addr, rng.random()));
                 next_burst += burst_every;
             }
-            running.retain_mut(|j| match j.poll() {
-                Some(f) => {
-                    finished.push(f);
-                    false
-                }
-                None => true,
-            });
+            reap(&mut running, &mut finished);
             std::thread::sleep(Duration::from_millis(20));
         }
         let load_end = started.elapsed().as_secs_f64();
         let wind_down = Instant::now();
         while !running.is_empty() && wind_down.elapsed() < WIND_DOWN {
-            running.retain_mut(|j| match j.poll() {
-                Some(f) => {
-                    finished.push(f);
-                    false
-                }
-                None => true,
-            });
+            reap(&mut running, &mut finished);
             std::thread::sleep(Duration::from_millis(20));
         }
         let hung = running.len();
