@@ -13,6 +13,9 @@ use rand::{Rng as _, rngs::StdRng, seq::IndexedRandom as _};
 use serde_json::Value;
 use test_fixtures::{Server, release_binary};
 
+/// How often the impaired jobs' relay gives its client a new port.
+const REBIND_EVERY_MS: u64 = 300;
+
 /// The longest a job may run: past it, it is a hang (a bug).
 pub const JOB_LIMIT: Duration = Duration::from_secs(180);
 
@@ -245,7 +248,7 @@ impl Job {
                         "--delay".into(),
                         "2".into(),
                         "--rebind-every".into(),
-                        "300".into(),
+                        REBIND_EVERY_MS.to_string(),
                         "--seed".into(),
                         rng.random::<u32>().to_string(),
                     ]),
@@ -358,6 +361,12 @@ impl Job {
             u("bytes_sent"),
             u("failed_requests"),
         );
+        // The relay's own record, once it has stopped: how often it rebound the client.
+        let rebinds = self
+            .relay
+            .take()
+            .and_then(|r| r.stop().ok())
+            .and_then(|m| relay_rebinds(&m.stdout));
         let last_line = stderr.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
         let failure = |what: &str| format!("{what}: {status}; {last_line}");
         let verdict = match &self.expect {
@@ -365,6 +374,15 @@ impl Job {
                 match self.expect {
                     Expect::Reset if stderr.contains("reset") => {
                         Verdict::Explained("the server reset the refused path".into())
+                    }
+                    _ if self.kind == Kind::Impaired
+                        && requests == 0
+                        && rebinds.is_some_and(|n| n > 0)
+                        && report.as_ref().is_some_and(handshake_outlived_first_rebind) =>
+                    {
+                        Verdict::Explained(
+                            "the relay rebound the client during its handshake".into(),
+                        )
                     }
                     _ => Verdict::Unexplained(failure("failed")),
                 }
@@ -440,6 +458,29 @@ impl Job {
     }
 }
 
+/// The `rebinds N` of the relay's last stats line.
+fn relay_rebinds(stdout: &str) -> Option<u64> {
+    let line = stdout.lines().rev().find(|l| l.starts_with("sessions:"))?;
+    let (_, rest) = line.split_once("rebinds ")?;
+    rest.split(';').next()?.trim().parse().ok()
+}
+
+/// Whether the client's handshake was still going when the relay first rebound it
+/// ([`REBIND_EVERY_MS`] after the client's first datagram): it never completed, or it took
+/// longer. A new address before the handshake is confirmed is one the server may ignore
+/// (RFC 9000 section 9; quinn-proto discards its packets), and one between a Retry and the
+/// Initial carrying its token no longer matches the token (section 8.1.3): either way the
+/// connection fails because of the injected fault.
+fn handshake_outlived_first_rebind(report: &Value) -> bool {
+    match report.get("handshake_ms") {
+        None | Some(Value::Null) => true,
+        Some(h) => h
+            .get("max")
+            .and_then(Value::as_f64)
+            .is_some_and(|ms| ms > REBIND_EVERY_MS as f64),
+    }
+}
+
 impl Drop for Job {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
@@ -447,5 +488,36 @@ impl Drop for Job {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_relays_rebinds_are_read_from_its_last_stats_line() {
+        let stdout = "neqo-relay listening on 127.0.0.1:1, forwarding to 127.0.0.1:2\n\
+            to-server: forwarded 9, lost 1\n\
+            sessions: 1 open, 1 in all; blackholed 0; rebinds 0; window-client-bytes 0\n\
+            sessions: 0 open, 1 in all; blackholed 0; rebinds 17; window-client-bytes 0; window-server-bytes 0\n";
+        assert_eq!(relay_rebinds(stdout), Some(17));
+        assert_eq!(relay_rebinds("neqo-relay listening on 127.0.0.1:1\n"), None);
+        assert_eq!(relay_rebinds("sessions: 1 open; rebinds x;\n"), None);
+    }
+
+    #[test]
+    fn only_a_handshake_still_going_at_the_first_rebind_is_the_relays_fault() {
+        let report = |h: &str| -> Value {
+            serde_json::from_str(&format!(r#"{{"requests": 0, "handshake_ms": {h}}}"#)).unwrap()
+        };
+        // The soak's two such failures: a handshake of 3 s, and none at all (Retry token).
+        assert!(handshake_outlived_first_rebind(&report(
+            r#"{"count": 1, "max": 3022.8}"#
+        )));
+        assert!(handshake_outlived_first_rebind(&report("null")));
+        assert!(!handshake_outlived_first_rebind(&report(
+            r#"{"count": 1, "max": 12.5}"#
+        )));
     }
 }
