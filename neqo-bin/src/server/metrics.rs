@@ -103,14 +103,11 @@ impl Board {
             .iter()
             .map(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).clone())
             .collect();
-        // The TLS counters are the process's: the same in every worker's report.
+        // The TLS counters are the process's: the same in every worker's report. Only the
+        // server role's are published (`TlsCounters` documents which side counts what); the
+        // full handshakes are the handshake histogram's count less the resumptions.
         if let Some(tls) = reports.iter().flatten().map(|r| r.tls).next_back() {
             for (name, help, v) in [
-                (
-                    "tls_full_handshakes",
-                    "TLS handshakes without resumption",
-                    tls.full_handshakes,
-                ),
                 (
                     "tls_tickets_redeemed",
                     "Session tickets redeemed (resumptions)",
@@ -119,9 +116,13 @@ impl Board {
                 (
                     "tls_zero_rtt_accepted",
                     "Connections whose 0-RTT data was accepted",
-                    tls.zero_rtt_accepted,
+                    tls.zero_rtt_attempted,
                 ),
-                ("tls_key_updates", "Key updates", tls.key_updates),
+                (
+                    "tls_key_updates",
+                    "1-RTT key updates, initiated or answered",
+                    tls.key_updates,
+                ),
             ] {
                 registry.register(name, help, counter(v));
             }
