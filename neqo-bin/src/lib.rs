@@ -3,6 +3,7 @@
 //!
 //! - [`driver`]: the single-threaded endpoint driver, with its pacer and congestion
 //!   controller.
+//! - [`h3`]: HTTP/3 with the `h3` crate over the driver's connections.
 //! - [`server`]: [`server::ServerHandle::start`] runs a server on its own thread.
 //! - `client` (feature `cli`): `client::run` runs a client to completion and reports.
 //! - `cli` (feature `cli`): the binaries' command lines, checks and logging.
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod client;
 pub mod disk;
 pub mod driver;
+pub mod h3;
 pub mod hq;
 pub mod idmap;
 pub mod pattern;

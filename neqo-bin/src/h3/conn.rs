@@ -1,0 +1,92 @@
+//! One HTTP/3 connection's engine: its [`Mailbox`] and its [`Tasks`], driven from the
+//! application's callbacks with the quinn-proto connection in hand.
+
+use std::time::Instant;
+
+use quinn_proto::{Connection, Event};
+
+use super::{
+    tasks::{Spawner, Tasks},
+    transport::{H3Connection, Shared},
+};
+
+/// Rounds of "run the tasks, carry their work" per callback: each round moves a frame per
+/// stream, so a callback is bounded; what is left runs at the next turn
+/// ([`Engine::pending`]).
+const ROUNDS: usize = 64;
+
+/// An HTTP/3 connection's state beside its quinn-proto connection.
+#[derive(Debug, Default)]
+pub struct Engine {
+    mailbox: Shared,
+    tasks: Tasks,
+}
+
+impl Engine {
+    /// A fresh engine: start its tasks with [`Engine::spawner`] over [`Engine::transport`].
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `h3`'s view of the connection, for `h3::server::Connection::new` or
+    /// `h3::client::new`.
+    #[must_use]
+    pub fn transport(&self) -> H3Connection {
+        H3Connection::new(std::rc::Rc::clone(&self.mailbox))
+    }
+
+    /// Where to start the connection's tasks.
+    #[must_use]
+    pub fn spawner(&self) -> Spawner {
+        self.tasks.spawner()
+    }
+
+    /// Takes in an event of the connection and runs what it woke.
+    pub fn on_event(&mut self, conn: &mut Connection, event: &Event, now: Instant) {
+        self.mailbox.borrow_mut().on_event(conn, event);
+        self.drive(conn, now);
+    }
+
+    /// Runs the woken tasks and carries their work to the connection, until neither has
+    /// anything left or [`ROUNDS`] have passed.
+    pub fn drive(&mut self, conn: &mut Connection, now: Instant) {
+        for _ in 0..ROUNDS {
+            let ran = self.tasks.run();
+            let (work, wants) = {
+                let m = self.mailbox.borrow();
+                (m.has_work(), m.wants_streams())
+            };
+            if work || wants {
+                self.mailbox.borrow_mut().pump(conn, now);
+            }
+            if !ran && !work {
+                break;
+            }
+        }
+    }
+
+    /// Whether it has work left for another [`Engine::drive`].
+    #[must_use]
+    pub fn pending(&self) -> bool {
+        self.tasks.ready() || self.mailbox.borrow().has_work()
+    }
+
+    /// Tasks not finished.
+    #[must_use]
+    pub fn tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Streams the mailbox keeps.
+    #[must_use]
+    pub fn streams(&self) -> usize {
+        self.mailbox.borrow().streams()
+    }
+
+    /// Whether the connection has ended (lost, or closed by `h3`).
+    #[must_use]
+    pub fn ended(&self) -> bool {
+        self.mailbox.borrow().ended()
+    }
+}
