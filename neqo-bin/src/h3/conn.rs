@@ -6,7 +6,7 @@ use std::time::Instant;
 use quinn_proto::{Connection, Event};
 
 use super::{
-    tasks::{Spawner, Tasks},
+    tasks::{Notifier, Spawner, Tasks},
     transport::{H3Connection, Shared},
 };
 
@@ -27,6 +27,16 @@ impl Engine {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An engine whose tasks' wake-ups are told to `notifier` as `key` (an application with
+    /// many connections drives the ones it names).
+    #[must_use]
+    pub fn notifying(notifier: std::sync::Arc<Notifier>, key: u64) -> Self {
+        Self {
+            mailbox: Shared::default(),
+            tasks: Tasks::notifying(notifier, key),
+        }
     }
 
     /// `h3`'s view of the connection, for `h3::server::Connection::new` or

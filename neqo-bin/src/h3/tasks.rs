@@ -3,8 +3,10 @@
 //! here; [`Tasks::run`] polls the ones whose waker fired since, so a turn costs the tasks that
 //! have something to do, not every request the connection holds.
 //!
-//! Every waker fires on this thread (the only source of readiness is the mailbox the pump
-//! fills), but `Waker` must be `Send + Sync`, so the flags are atomics.
+//! Most wakers fire on this thread, from the mailbox the pump fills; a task that waits for
+//! work elsewhere (a file read on tokio's blocking pool) is woken from another thread, so the
+//! flags are atomics and a [`Notifier`] shared by all of an application's connections tells
+//! the application which connection to drive and wakes the driver's wait.
 
 use std::{
     cell::RefCell,
@@ -12,18 +14,78 @@ use std::{
     pin::Pin,
     rc::Rc,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
-    task::{Context, Wake, Waker},
+    task::{Context, Poll, Wake, Waker},
 };
 
 type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 
+/// Which connections have woken tasks, for an application with many: it drives those, and
+/// its driver's wait is woken when a task is woken from another thread.
+#[derive(Debug, Default)]
+pub struct Notifier {
+    ready: Mutex<Vec<u64>>,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Notifier {
+    /// A notifier to share between an application's connections.
+    #[must_use]
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// The connections woken since the last call (their keys, each once per wake-up).
+    pub fn take_ready(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.ready.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// For [`Application::poll_wake`](crate::driver::Application::poll_wake): ready when a
+    /// connection has been woken; else the driver's waker is kept for the next wake.
+    pub fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
+        *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+        if self
+            .ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    fn notify(&self, key: u64) {
+        self.ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(key);
+        if let Some(w) = self
+            .waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            w.wake();
+        }
+    }
+}
+
+/// A connection's wake state: whether any of its tasks is woken, and whom to tell.
+#[derive(Debug, Default)]
+struct Connection {
+    any: AtomicBool,
+    key: u64,
+    notifier: Option<Arc<Notifier>>,
+}
+
 /// What a task's waker sets: its own flag and its connection's.
 struct Flag {
     woken: AtomicBool,
-    any: Arc<AtomicBool>,
+    conn: Arc<Connection>,
 }
 
 impl Wake for Flag {
@@ -33,7 +95,11 @@ impl Wake for Flag {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Relaxed);
-        self.any.store(true, Ordering::Relaxed);
+        if !self.conn.any.swap(true, Ordering::AcqRel)
+            && let Some(n) = &self.conn.notifier
+        {
+            n.notify(self.conn.key);
+        }
     }
 }
 
@@ -66,7 +132,7 @@ pub struct Tasks {
     slots: Vec<Option<Task>>,
     free: Vec<usize>,
     spawner: Spawner,
-    any: Arc<AtomicBool>,
+    conn: Arc<Connection>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -76,6 +142,19 @@ impl std::fmt::Debug for Tasks {
 }
 
 impl Tasks {
+    /// Tasks whose wake-ups are told to `notifier` as `key`.
+    #[must_use]
+    pub fn notifying(notifier: Arc<Notifier>, key: u64) -> Self {
+        Self {
+            conn: Arc::new(Connection {
+                any: AtomicBool::new(false),
+                key,
+                notifier: Some(notifier),
+            }),
+            ..Self::default()
+        }
+    }
+
     /// Where to start tasks.
     #[must_use]
     pub fn spawner(&self) -> Spawner {
@@ -97,7 +176,7 @@ impl Tasks {
     /// Whether a task is woken or new, so that [`Tasks::run`] has something to do.
     #[must_use]
     pub fn ready(&self) -> bool {
-        self.any.load(Ordering::Relaxed) || !self.spawner.0.borrow().is_empty()
+        self.conn.any.load(Ordering::Acquire) || !self.spawner.0.borrow().is_empty()
     }
 
     /// Polls the new tasks and the woken ones, once each. Returns whether any was polled.
@@ -106,7 +185,7 @@ impl Tasks {
         for future in new {
             let flag = Arc::new(Flag {
                 woken: AtomicBool::new(true),
-                any: Arc::clone(&self.any),
+                conn: Arc::clone(&self.conn),
             });
             let task = Task {
                 future,
@@ -117,9 +196,9 @@ impl Tasks {
                 Some(i) => self.slots[i] = Some(task),
                 None => self.slots.push(Some(task)),
             }
-            self.any.store(true, Ordering::Relaxed);
+            self.conn.any.store(true, Ordering::Release);
         }
-        if !self.any.swap(false, Ordering::Relaxed) {
+        if !self.conn.any.swap(false, Ordering::AcqRel) {
             return false;
         }
         for i in 0..self.slots.len() {
@@ -199,5 +278,53 @@ mod tests {
         tasks.spawner().spawn(async {});
         tasks.run();
         assert_eq!((tasks.len(), tasks.slots.len()), (1, 2));
+    }
+
+    /// Counts its wakes.
+    struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_wake_from_another_thread_names_the_connection_and_wakes_the_driver() {
+        let notifier = Notifier::new();
+        let mut tasks = Tasks::notifying(Arc::clone(&notifier), 7);
+        let parked: Arc<Mutex<Option<Waker>>> = Arc::default();
+        let p = Arc::clone(&parked);
+        let done = Rc::new(Cell::new(false));
+        let d = Rc::clone(&done);
+        tasks.spawner().spawn(async move {
+            let mut first = true;
+            std::future::poll_fn(|cx| {
+                if first {
+                    first = false;
+                    *p.lock().unwrap() = Some(cx.waker().clone());
+                    Poll::Pending
+                } else {
+                    Poll::Ready(())
+                }
+            })
+            .await;
+            d.set(true);
+        });
+        tasks.run();
+        let driver = Arc::new(CountingWaker(std::sync::atomic::AtomicUsize::new(0)));
+        let driver_waker = Waker::from(Arc::clone(&driver));
+        let mut cx = Context::from_waker(&driver_waker);
+        // Spawning and running happen in the application's own calls: nothing to tell.
+        assert!(notifier.take_ready().is_empty());
+        assert!(notifier.poll(&mut cx).is_pending());
+        let w = parked.lock().unwrap().take().unwrap();
+        std::thread::spawn(move || w.wake()).join().unwrap();
+        assert_eq!(driver.0.load(Ordering::Relaxed), 1, "the driver woken");
+        assert!(notifier.poll(&mut cx).is_ready());
+        assert_eq!(notifier.take_ready(), vec![7]);
+        assert!(tasks.ready());
+        tasks.run();
+        assert!(done.get() && tasks.is_empty());
     }
 }
