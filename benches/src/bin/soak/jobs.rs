@@ -361,12 +361,13 @@ impl Job {
             u("bytes_sent"),
             u("failed_requests"),
         );
-        // The relay's own record, once it has stopped: how often it rebound the client.
-        let rebinds = self
-            .relay
-            .take()
-            .and_then(|r| r.stop().ok())
-            .and_then(|m| relay_rebinds(&m.stdout));
+        // The relay's own record, once it has stopped: how often it rebound the client (kept
+        // beside the client's files, which stay when the job failed).
+        let relay = self.relay.take().and_then(|r| r.stop().ok());
+        if let Some(m) = &relay {
+            let _ = std::fs::write(self.dir.join("relay.out"), &m.stdout);
+        }
+        let rebinds = relay.and_then(|m| relay_rebinds(&m.stdout));
         let last_line = stderr.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
         let failure = |what: &str| format!("{what}: {status}; {last_line}");
         let verdict = match &self.expect {
