@@ -6,10 +6,14 @@ use std::{path::Path, time::Duration};
 use anyhow::{Context as _, bail};
 use neqo_udp::MAX_BATCH_SIZE;
 
-use crate::tls::{ALPN_HQ, ALPN_PERF};
+use crate::tls::{ALPN_H3, ALPN_HQ, ALPN_PERF};
 
 /// The ALPNs both binaries speak.
 pub const SUPPORTED_ALPNS: [&str; 2] = [ALPN_HQ, ALPN_PERF];
+
+/// The ALPNs `neqo-server` speaks: the common ones and HTTP/3 (which `neqo-client` does not
+/// speak yet).
+pub const SERVER_ALPNS: [&str; 3] = [ALPN_HQ, ALPN_PERF, ALPN_H3];
 
 /// The shortest `--idle-timeout`, in seconds: QUIC counts it in whole milliseconds, and 0
 /// would switch it off (a dead peer's connection would then stay forever).
@@ -67,11 +71,19 @@ pub fn check_batch_size(n: usize) -> anyhow::Result<()> {
 /// # Errors
 /// Any other (empty, unknown, longer than an ALPN id can be).
 pub fn check_alpn(flag: &str, alpn: &str) -> anyhow::Result<()> {
-    if !SUPPORTED_ALPNS.contains(&alpn) {
+    check_alpn_of(flag, alpn, &SUPPORTED_ALPNS)
+}
+
+/// `FLAG ALPN`: one of `supported`.
+///
+/// # Errors
+/// Any other (empty, unknown, longer than an ALPN id can be).
+pub fn check_alpn_of(flag: &str, alpn: &str, supported: &[&str]) -> anyhow::Result<()> {
+    if !supported.contains(&alpn) {
         bail!(
             "{flag} {}: unsupported ALPN (supported: {})",
             shown(alpn),
-            SUPPORTED_ALPNS.join(", ")
+            supported.join(", ")
         );
     }
     Ok(())
@@ -223,6 +235,11 @@ pub(super) mod tests {
             assert!(e.contains("supported: hq-interop, perf"), "{e}");
             assert!(e.len() < 150, "long values are cut short: {e}");
         }
+        assert!(check_alpn_of("--alpn", "h3", &SERVER_ALPNS).is_ok());
+        let e = check_alpn_of("--alpn", "h2", &SERVER_ALPNS)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supported: hq-interop, perf, h3"), "{e}");
     }
 
     #[test]

@@ -72,8 +72,8 @@ mod server;
 
 pub use checks::{
     MAX_IDLE_TIMEOUT, MAX_REQUESTS, MAX_STATS_INTERVAL, MAX_STREAM_BYTES, MIN_IDLE_TIMEOUT,
-    MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn, check_batch_size, check_seconds,
-    check_stream_bytes, check_writable_dir, check_writable_file,
+    MIN_STATS_INTERVAL, SERVER_ALPNS, SUPPORTED_ALPNS, check_alpn, check_alpn_of, check_batch_size,
+    check_seconds, check_stream_bytes, check_writable_dir, check_writable_file,
 };
 use checks::{check_count, check_positive};
 pub use client::{ClientArgs, client_main};
@@ -288,6 +288,7 @@ mod tests {
             &["--stats", "--stats-interval", "0.1"],
             &["--stats", "--stats-interval", "86400"],
             &["--batch-size", "128"],
+            &["--alpn", "h3,hq-interop"],
         ] {
             assert!(server(ok).is_ok(), "{ok:?}: {:?}", server(ok));
         }
@@ -296,7 +297,7 @@ mod tests {
             (&["--idle-timeout", "-1"], "--idle-timeout -1"),
             (&["--idle-timeout", "NaN"], "--idle-timeout NaN"),
             (&["--idle-timeout", "inf"], "--idle-timeout inf"),
-            (&["--alpn", "h3"], "--alpn \"h3\""),
+            (&["--alpn", "h2"], "--alpn \"h2\""),
             (&["--alpn", ""], "--alpn \"\""),
             (&["--alpn", "perf,"], "--alpn \"\""),
             (&["--max-connections", "0"], "--max-connections 0"),

@@ -5,7 +5,7 @@ use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, tim
 use anyhow::bail;
 
 use super::{
-    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn,
+    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SERVER_ALPNS, check_alpn_of,
     check_count, check_positive, check_seconds, parse_size, shutdown_signal, write_json,
 };
 use crate::{
@@ -36,7 +36,8 @@ pub struct ServerArgs {
     /// PEM private key (with --cert).
     #[arg(long, requires = "cert")]
     pub key: Option<PathBuf>,
-    /// ALPN to offer (repeatable or comma-separated): hq-interop, perf.
+    /// ALPN to offer (repeatable or comma-separated): hq-interop, perf, h3 (HTTP/3: GET and
+    /// HEAD of files under --root and of /N).
     #[arg(long, value_delimiter = ',', default_values_t = [ALPN_HQ.to_owned(), ALPN_PERF.to_owned()])]
     pub alpn: Vec<String>,
     /// Refuse connections beyond this many, half-open ones included (CONNECTION_REFUSED); at
@@ -125,11 +126,11 @@ impl ServerArgs {
         if self.alpn.is_empty() {
             bail!(
                 "--alpn: none given (supported: {})",
-                SUPPORTED_ALPNS.join(", ")
+                SERVER_ALPNS.join(", ")
             );
         }
         for a in &self.alpn {
-            check_alpn("--alpn", a)?;
+            check_alpn_of("--alpn", a, &SERVER_ALPNS)?;
         }
         if let Some(n) = self.max_connections {
             check_positive("--max-connections", n)?;

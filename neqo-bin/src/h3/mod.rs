@@ -7,6 +7,13 @@ pub mod tasks;
 pub mod transport;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod test_client;
+#[cfg(test)]
+pub(crate) mod tests;
 
 pub use conn::Engine;
+
+/// The unidirectional streams an HTTP/3 endpoint lets its peer open at once: the control
+/// stream and QPACK's two (RFC 9114 section 6.2, RFC 9204 section 4.2), and room for the
+/// reserved types peers send to exercise the rule that unknown ones are ignored.
+pub const UNI_STREAMS: u32 = 8;

@@ -16,11 +16,15 @@ use super::{
     admission::{ClientSource, Decision, Gate},
     budget::{NoWindow, Windows},
     configs::QlogConfigs,
+    http3::Http3,
     ledger::Ledger,
     metrics::{Board, PUBLISH_EVERY},
     requests::Requests,
 };
-use crate::driver::{Admission, Application, Driver};
+use crate::{
+    driver::{Admission, Application, Driver},
+    tls,
+};
 
 /// One worker's application: its share of the limits, its connections' requests, its report.
 pub(super) struct ServerApp {
@@ -31,6 +35,7 @@ pub(super) struct ServerApp {
     qlog: QlogConfigs,
     config: ServerConfig,
     requests: Requests,
+    http3: Http3,
     pub(super) report: ServerReport,
     next_stats: Instant,
     started: Instant,
@@ -56,7 +61,8 @@ impl ServerApp {
             windows: Windows::new(config.budget),
             qlog: QlogConfigs::new(base, config.transport.clone()),
             config,
-            requests: Requests::new(root),
+            requests: Requests::new(root.clone()),
+            http3: Http3::new(root),
             report: ServerReport::default(),
             next_stats: now,
             started: now,
@@ -112,7 +118,28 @@ impl Application for ServerApp {
     }
 
     fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {
+        if self.http3.serves(ch) {
+            match &event {
+                Event::Connected => self.gate.connected(ch, now),
+                Event::ConnectionLost { reason } => {
+                    tracing::debug!("connection {ch:?} lost: {reason}");
+                    self.gate.gone(ch);
+                }
+                _ => {}
+            }
+            self.http3.event(ch, conn, &event, now);
+            return;
+        }
         if !self.requests.serves(ch) {
+            return;
+        }
+        // The ALPN is known once the client's hello is read, before any stream (0-RTT ones
+        // included) is opened.
+        if matches!(event, Event::HandshakeDataReady)
+            && tls::negotiated_alpn(conn).as_deref() == Some(tls::ALPN_H3)
+        {
+            self.requests.gone(ch);
+            self.http3.start(ch, conn, now);
             return;
         }
         let report = &mut self.report;
@@ -143,6 +170,7 @@ impl Application for ServerApp {
         self.gate.drained(ch);
         self.windows.released(ch);
         self.requests.gone(ch);
+        self.http3.gone(ch);
     }
 
     fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
@@ -164,10 +192,15 @@ impl Application for ServerApp {
                 });
             }
         }
+        let http3_pending = self.http3.poll(driver, now);
+        self.http3.report(&mut self.report);
         self.report.admission = self.gate.counters();
         self.report.receive_budget = self.config.budget.bytes;
         self.report.receive_windows = self.windows.granted_bytes();
         let mut expiry = self.gate.next_expiry(now);
+        if http3_pending {
+            expiry = Some(now);
+        }
         if let Some((board, next)) = &mut self.board {
             if now >= *next {
                 let mut r = self.report.clone();
@@ -197,6 +230,9 @@ impl Application for ServerApp {
     }
 
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.http3.poll_wake(cx).is_ready() {
+            return Poll::Ready(());
+        }
         self.requests.poll_files(cx)
     }
 }

@@ -30,6 +30,7 @@ mod cid;
 mod configs;
 mod dispatch;
 mod handle;
+mod http3;
 mod keys;
 mod ledger;
 mod metrics;
@@ -190,6 +191,9 @@ fn prepare(
     let crypto = tls::server_crypto(&identity, &config.alpns)?;
     let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
     config.transport.mtu_upper_bound = listen_mtu_bound(&config.listen, config.transport.max_mtu);
+    if config.alpns.iter().any(|a| a == tls::ALPN_H3) {
+        config.transport.uni_streams = crate::h3::UNI_STREAMS;
+    }
     // Per-connection qlog streams are made at admission; the shared config has none.
     let shared = TransportOptions {
         qlog_dir: None,

@@ -74,6 +74,8 @@ pub struct ServerReport {
     /// dropped on its full channel, and the receive side of the listening sockets (their
     /// receive syscalls and kernel drops, which [`socket`](Self::socket) then reports).
     pub dispatch: Option<DispatchReport>,
+    /// The HTTP/3 requests (counted in the totals above too).
+    pub http3: super::http3::Http3Counters,
     /// Each worker's share, in worker order (the rest of the report adds them up).
     pub workers: Vec<WorkerSummary>,
 }
@@ -152,6 +154,7 @@ impl ServerReport {
             all.refused_budget += w.refused_budget;
             all.refused_source_share += w.refused_source_share;
             all.open_connections += w.open_connections;
+            all.http3.add(&w.http3);
             // Process-wide already: the same in every worker's report.
             all.tls = w.tls;
             all.socket.accumulate(&w.socket);

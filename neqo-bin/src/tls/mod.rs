@@ -26,6 +26,8 @@ pub use transport::{
 
 /// HTTP/0.9 over QUIC.
 pub const ALPN_HQ: &str = "hq-interop";
+/// HTTP/3 (RFC 9114).
+pub const ALPN_H3: &str = "h3";
 /// draft-banks-quic-performance.
 pub const ALPN_PERF: &str = "perf";
 

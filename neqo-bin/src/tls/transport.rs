@@ -55,6 +55,10 @@ pub struct TransportOptions {
     /// every second one, and at the latest after [`ACK_EVERY_MAX_DELAY`] (the ACK frequency
     /// extension; a peer without it ignores the request). `None`: RFC 9000's every second.
     pub ack_every: Option<u32>,
+    /// Unidirectional streams the peer may open at once: none for `hq-interop` and `perf`,
+    /// [`crate::h3::UNI_STREAMS`] for HTTP/3 (its control and QPACK streams, RFC 9114
+    /// section 6.2).
+    pub uni_streams: u32,
 }
 
 /// How long a peer asked for fewer ACKs (`--ack-every`) may hold one back: short, because a
@@ -112,6 +116,7 @@ impl Default for TransportOptions {
             max_mtu: None,
             mtu_upper_bound: DEFAULT_MTU_BOUND,
             ack_every: None,
+            uni_streams: 0,
         }
     }
 }
@@ -133,7 +138,7 @@ impl TransportOptions {
         );
         t.send_window(32 << 20);
         t.max_concurrent_bidi_streams(VarInt::from_u32(MAX_CONCURRENT_STREAMS));
-        t.max_concurrent_uni_streams(VarInt::from_u32(0));
+        t.max_concurrent_uni_streams(VarInt::from_u32(self.uni_streams));
         // No protocol here uses DATAGRAM frames (RFC 9221): not advertising them makes a peer
         // that sends one a protocol violation, where quinn-proto's default would buffer
         // about 1.25 MB of them per connection that nothing ever reads.

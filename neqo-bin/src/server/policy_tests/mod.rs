@@ -314,4 +314,5 @@ fn minimal_budget() -> ServerConfig {
 mod admission;
 mod budget;
 mod flow_control;
+mod http3;
 mod retry;

@@ -1,0 +1,194 @@
+//! An HTTP/3 client for tests on the in-memory network: one connection, its requests all at
+//! once, each response kept whole (status, the headers tests look at, the body).
+
+use std::{cell::RefCell, net::SocketAddr, rc::Rc, time::Instant};
+
+use bytes::{Buf as _, Bytes};
+use quinn_proto::{ConnectionHandle, Event};
+
+use super::Engine;
+use crate::driver::{Application, Driver};
+
+/// What a request got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Got {
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+    pub content_length: Option<String>,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Got {
+    /// A 200 with `body` and its length, `content_type` if given.
+    pub fn ok(method: &str, path: &str, body: Vec<u8>, content_type: Option<&str>) -> Self {
+        Self {
+            method: method.into(),
+            path: path.into(),
+            status: 200,
+            content_length: Some(body.len().to_string()),
+            content_type: content_type.map(Into::into),
+            body,
+        }
+    }
+
+    /// An error status with an empty body.
+    pub fn status(method: &str, path: &str, status: u16) -> Self {
+        Self {
+            method: method.into(),
+            path: path.into(),
+            status,
+            content_length: Some("0".into()),
+            content_type: None,
+            body: Vec::new(),
+        }
+    }
+}
+
+async fn request(
+    mut send: h3::client::SendRequest<super::transport::Opener, Bytes>,
+    method: String,
+    path: String,
+) -> Result<Got, h3::error::StreamError> {
+    let req = http::Request::builder()
+        .method(method.as_str())
+        .uri(format!("https://localhost{path}"))
+        .body(())
+        .unwrap();
+    let mut s = send.send_request(req).await?;
+    s.finish().await?;
+    let resp = s.recv_response().await?;
+    let header = |name| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let mut body = Vec::new();
+    while let Some(mut chunk) = s.recv_data().await? {
+        while chunk.has_remaining() {
+            let c = chunk.chunk();
+            body.extend_from_slice(c);
+            let n = c.len();
+            chunk.advance(n);
+        }
+    }
+    Ok(Got {
+        method,
+        path,
+        status: resp.status().as_u16(),
+        content_length: header("content-length"),
+        content_type: header("content-type"),
+        body,
+    })
+}
+
+/// One connection to `server` making `requests` (method, path) at once; closes once every
+/// one has its answer (or error).
+pub struct Client {
+    server: SocketAddr,
+    config: Option<quinn_proto::ClientConfig>,
+    requests: Vec<(String, String)>,
+    ch: Option<ConnectionHandle>,
+    pub engine: Engine,
+    /// Each request's answer, or its error.
+    pub got: Rc<RefCell<Vec<Result<Got, String>>>>,
+    closed: bool,
+    /// How the connection ended, when not closed by this client.
+    pub lost: Option<quinn_proto::ConnectionError>,
+    drained: bool,
+}
+
+impl Client {
+    pub fn new(
+        server: SocketAddr,
+        config: quinn_proto::ClientConfig,
+        requests: &[(&str, &str)],
+    ) -> Self {
+        Self {
+            server,
+            config: Some(config),
+            requests: requests
+                .iter()
+                .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
+                .collect(),
+            ch: None,
+            engine: Engine::new(),
+            got: Rc::default(),
+            closed: false,
+            lost: None,
+            drained: false,
+        }
+    }
+
+    /// The answers, ordered by (path, method).
+    pub fn answers(&self) -> Vec<Result<Got, String>> {
+        let mut got = self.got.borrow().clone();
+        got.sort_by_key(|g| g.as_ref().map(|g| (g.path.clone(), g.method.clone())).ok());
+        got
+    }
+}
+
+impl Application for Client {
+    fn event(
+        &mut self,
+        _: ConnectionHandle,
+        conn: &mut quinn_proto::Connection,
+        ev: Event,
+        now: Instant,
+    ) {
+        if let Event::ConnectionLost { reason } = &ev {
+            self.lost = Some(reason.clone());
+        }
+        self.engine.on_event(conn, &ev, now);
+    }
+
+    fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
+        if let Some(config) = self.config.take() {
+            self.ch = Some(
+                driver
+                    .connect(0, config, self.server, "localhost", now)
+                    .unwrap(),
+            );
+            let (t, spawner) = (self.engine.transport(), self.engine.spawner());
+            let (requests, got) = (self.requests.clone(), Rc::clone(&self.got));
+            self.engine.spawner().spawn(async move {
+                let (mut conn, send) = match h3::client::new(t).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        got.borrow_mut().push(Err(format!("client: {e}")));
+                        return;
+                    }
+                };
+                for (method, path) in requests {
+                    let (send, got) = (send.clone(), Rc::clone(&got));
+                    spawner.spawn(async move {
+                        let r = request(send, method, path).await.map_err(|e| e.to_string());
+                        got.borrow_mut().push(r);
+                    });
+                }
+                drop(send);
+                let _ = std::future::poll_fn(|cx| conn.poll_close(cx)).await;
+            });
+        }
+        let ch = self.ch?;
+        let engine = &mut self.engine;
+        driver.update(ch, |c| engine.drive(c, now));
+        if !self.closed && self.got.borrow().len() >= self.requests.len() {
+            self.closed = true;
+            driver.update(ch, |c| {
+                c.close(now, 0x100u32.into(), Bytes::from_static(b"done"));
+            });
+        }
+        self.engine.pending().then_some(now)
+    }
+
+    fn drained(&mut self, _: ConnectionHandle, _: &quinn_proto::Connection) {
+        self.drained = true;
+    }
+
+    fn done(&self) -> bool {
+        self.drained
+    }
+}

@@ -1,0 +1,158 @@
+//! HTTP/3 requests against a worker as the server builds it: files under the root with their
+//! media types, `/N`, `HEAD`, and the error statuses, every body byte-exact; the report counts
+//! them.
+
+use std::{path::PathBuf, sync::Arc, time::Instant};
+
+use quinn_proto::EndpointConfig;
+
+use super::{ONE_WAY, SERVER, ServerConfig, TURNS, client, prepare, worker};
+use crate::{
+    driver::{
+        Driver,
+        testing::{Behaviour, Network},
+    },
+    h3::{
+        UNI_STREAMS,
+        test_client::{Client, Got},
+        tests::pattern_body,
+    },
+    tls::{self, ALPN_H3, ALPN_HQ, TransportOptions, Trust},
+};
+
+/// A root with a page, an image and a large file; removed when dropped.
+struct Root(PathBuf);
+
+impl Root {
+    fn new(files: &[(&str, &[u8])]) -> Self {
+        let dir = std::env::temp_dir().join(format!("neqo-h3-root-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, body) in files {
+            std::fs::write(dir.join(name), body).unwrap();
+        }
+        Self(dir)
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn files_generated_bodies_and_error_statuses_over_http3() {
+    let page = b"<!doctype html><title>t</title><img src=img.png>".to_vec();
+    let image: Vec<u8> = (0..100_003u32).map(|i| (i * 7 % 256) as u8).collect();
+    let big = vec![b'x'; 3_000_000];
+    let body_bytes = (page.len() + image.len() + 100_000) as u64;
+    let root = Root::new(&[
+        ("index.html", &page),
+        ("img.png", &image),
+        ("big.bin", &big),
+    ]);
+    let start = Instant::now();
+    let net = Network::new(5, start).with_one_way(ONE_WAY);
+    let config = ServerConfig {
+        listen: vec![SERVER],
+        root: Some(root.0.clone()),
+        alpns: vec![ALPN_H3.into(), ALPN_HQ.into()],
+        ..ServerConfig::default()
+    };
+    let (shared, _) = prepare(config).unwrap();
+    let (mut server, mut app) = worker::parts(
+        0,
+        vec![net.path(SERVER, Behaviour::default())],
+        &shared,
+        start,
+    );
+    let mut client_driver = Driver::with_datapaths(
+        vec![net.path(client(2, 5000), Behaviour::default())],
+        EndpointConfig::default(),
+        None,
+        true,
+    );
+    let mut config =
+        quinn_proto::ClientConfig::new(tls::client_crypto(&Trust::Insecure, ALPN_H3).unwrap());
+    config.transport_config(Arc::new(
+        TransportOptions {
+            uni_streams: UNI_STREAMS,
+            ..TransportOptions::default()
+        }
+        .transport("client")
+        .unwrap(),
+    ));
+    let mut c = Client::new(
+        SERVER,
+        config,
+        &[
+            ("GET", "/index.html"),
+            ("GET", "/img.png"),
+            ("HEAD", "/big.bin"),
+            ("GET", "/100000"),
+            ("GET", "/missing.html"),
+            ("GET", "//etc/passwd"),
+            ("GET", "/../index.html"),
+            ("POST", "/index.html"),
+        ],
+    );
+    // The file reads run on tokio's blocking pool, in real time: when nothing is due in
+    // virtual time, the loop waits for them (bounded).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let _entered = runtime.enter();
+    let mut waits = 0;
+    let mut ended = false;
+    for _ in 0..TURNS {
+        let s = net.turn(&mut server, &mut app).unwrap();
+        let t = net.turn(&mut client_driver, &mut c).unwrap();
+        if t.done {
+            ended = true;
+            break;
+        }
+        let queued = server.queued_datagrams() + client_driver.queued_datagrams() > 0;
+        if !net.advance(&[s.deadline, t.deadline], queued) {
+            waits += 1;
+            assert!(waits < 10_000, "stalled, with no file read to wait for");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    assert!(ended, "the client ended");
+    assert_eq!(c.lost, None, "closed by the client");
+    let answers: Vec<Got> = c.answers().into_iter().map(|g| g.unwrap()).collect();
+    let mut head = Got::ok(
+        "HEAD",
+        "/big.bin",
+        Vec::new(),
+        Some("application/octet-stream"),
+    );
+    head.content_length = Some("3000000".into());
+    let mut want = vec![
+        Got::ok("GET", "/index.html", page, Some("text/html; charset=utf-8")),
+        Got::ok("GET", "/img.png", image, Some("image/png")),
+        head,
+        Got::ok(
+            "GET",
+            "/100000",
+            pattern_body(100_000),
+            Some("application/octet-stream"),
+        ),
+        Got::status("GET", "/missing.html", 404),
+        Got::status("GET", "//etc/passwd", 404),
+        Got::status("GET", "/../index.html", 404),
+        Got::status("POST", "/index.html", 405),
+    ];
+    want.sort_by_key(|g| (g.path.clone(), g.method.clone()));
+    assert_eq!(answers, want);
+    let h = app.report.http3;
+    assert_eq!(
+        (h.responses, h.error_statuses, h.cancelled),
+        (4, 4, 0),
+        "{h:?}"
+    );
+    assert_eq!(app.report.requests, 4);
+    assert_eq!(app.report.refused_requests, 4);
+    assert_eq!(h.body_bytes, body_bytes);
+}
