@@ -204,6 +204,14 @@ impl Mailbox {
         }
     }
 
+    /// `h3` closes the connection. The first close is the one sent: `h3` closes with its
+    /// error and then again, with `H3_NO_ERROR`, as its connection is dropped.
+    fn ask_close(&mut self, code: Code, reason: &[u8]) {
+        if self.close.is_none() && self.ended.is_none() {
+            self.close = Some((code.value(), Bytes::copy_from_slice(reason)));
+        }
+    }
+
     /// Whether [`Mailbox::pump`] has something to carry. Streams `h3` waits to open are not
     /// counted: they open when the peer's limits allow, which an event says.
     #[must_use]
@@ -461,7 +469,7 @@ impl quic::OpenStreams<Bytes> for H3Connection {
     }
 
     fn close(&mut self, code: Code, reason: &[u8]) {
-        self.mailbox.borrow_mut().close = Some((code.value(), Bytes::copy_from_slice(reason)));
+        self.mailbox.borrow_mut().ask_close(code, reason);
     }
 }
 
@@ -555,7 +563,7 @@ impl quic::OpenStreams<Bytes> for Opener {
     }
 
     fn close(&mut self, code: Code, reason: &[u8]) {
-        self.mailbox.borrow_mut().close = Some((code.value(), Bytes::copy_from_slice(reason)));
+        self.mailbox.borrow_mut().ask_close(code, reason);
     }
 }
 

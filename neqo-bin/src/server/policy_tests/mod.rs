@@ -315,4 +315,5 @@ mod admission;
 mod budget;
 mod flow_control;
 mod http3;
+mod http3_hostile;
 mod retry;
