@@ -389,8 +389,6 @@ fn bad_settings_are_refused_at_start() {
         (&["--ack-every", "0"], "--ack-every"),
         (&["--ack-every", "1001"], "--ack-every"),
     ];
-    // The client does not speak HTTP/3 yet; the server does.
-    let client_only_h3: &[(&[&str], &str)] = &[(&["--alpn", "h3"], "--alpn")];
     let server_only: &[(&[&str], &str)] = &[
         (&["--alpn", "hq-interop,h2"], "--alpn"),
         (&["--max-connections", "0"], "--max-connections"),
@@ -452,7 +450,6 @@ fn bad_settings_are_refused_at_start() {
             common
                 .iter()
                 .chain(client_only)
-                .chain(client_only_h3)
                 .map(|(a, f)| ("neqo-client", client(a), a, f)),
         );
     for (name, mut cmd, args, flag) in cases {

@@ -201,10 +201,7 @@ fn output_settings_that_cannot_work_are_refused_at_start() {
             vec![u, "-o", f, "--connections", "3"],
             "one request in all, not 3",
         ),
-        (
-            vec![u, "-o", f, "--alpn", "perf"],
-            "only with --alpn hq-interop",
-        ),
+        (vec![u, "-o", f, "--alpn", "perf"], "not with --alpn perf"),
         (vec![u, "-o", missing.to_str().unwrap()], "no directory"),
         (vec![u, "-o", dir.to_str().unwrap()], "a directory"),
         (

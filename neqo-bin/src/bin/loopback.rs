@@ -40,7 +40,7 @@ struct Args {
     /// Modes to run, in order: `batched`, `single`.
     #[arg(long, value_delimiter = ',', default_value = "batched,single")]
     modes: Vec<String>,
-    /// `hq-interop` (GET /N) or `perf` (download N).
+    /// `hq-interop` (GET /N), `perf` (download N) or `h3` (HTTP/3 GET /N).
     #[arg(long, default_value = "hq-interop")]
     alpn: String,
     /// Datagrams per syscall in batched mode (1 to 128).
@@ -170,7 +170,7 @@ fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row>
     let server = Server::start(
         Command::new(exe)
             .arg("server")
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--alpn", &args.alpn])
             .args(common(args, mode, &server_json)),
         SERVER_READY,
     )

@@ -49,7 +49,7 @@ pub struct ClientArgs {
     /// different clients (default: --concurrency, at most 16).
     #[arg(long)]
     pub sockets: Option<usize>,
-    /// `hq-interop` or `perf`.
+    /// `hq-interop`, `perf` or `h3` (HTTP/3 GET requests).
     #[arg(long, default_value = ALPN_HQ)]
     pub alpn: String,
     /// perf: bytes to download per request (K/M/G suffixes; at most 2^62-1).
@@ -144,7 +144,7 @@ impl ClientArgs {
         match &self.output {
             Some(f) if f.as_os_str() == "-" => Save::Stdout,
             Some(f) => Save::File(f.clone()),
-            None if self.alpn == ALPN_HQ && self.total_requests() == 1 => {
+            None if self.alpn != ALPN_PERF && self.total_requests() == 1 => {
                 let generated = self.urls.first().is_some_and(|u| {
                     url::Url::parse(u)
                         .is_ok_and(|u| matches!(hq::target(u.path()), Ok(hq::Target::Generated(_))))
@@ -218,14 +218,14 @@ impl ClientArgs {
         }
         if perf && let Some(dir) = &self.output_dir {
             bail!(
-                "--output-dir {}: only with --alpn {ALPN_HQ} (perf bodies are not saved)",
+                "--output-dir {}: not with --alpn {ALPN_PERF} (perf bodies are not saved)",
                 dir.display()
             );
         }
         if let Some(file) = &self.output {
             if perf {
                 bail!(
-                    "-o/--output {}: only with --alpn {ALPN_HQ} (perf bodies are not saved)",
+                    "-o/--output {}: not with --alpn {ALPN_PERF} (perf bodies are not saved)",
                     file.display()
                 );
             }

@@ -72,8 +72,8 @@ mod server;
 
 pub use checks::{
     MAX_IDLE_TIMEOUT, MAX_REQUESTS, MAX_STATS_INTERVAL, MAX_STREAM_BYTES, MIN_IDLE_TIMEOUT,
-    MIN_STATS_INTERVAL, SERVER_ALPNS, SUPPORTED_ALPNS, check_alpn, check_alpn_of, check_batch_size,
-    check_seconds, check_stream_bytes, check_writable_dir, check_writable_file,
+    MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn, check_batch_size, check_seconds,
+    check_stream_bytes, check_writable_dir, check_writable_file,
 };
 use checks::{check_count, check_positive};
 pub use client::{ClientArgs, client_main};
@@ -371,7 +371,7 @@ mod tests {
             (&["-n", "0"], "-n/--requests 0"),
             (&["--requests", "0"], "-n/--requests 0"),
             (&["-n", "1000001"], "-n/--requests 1000001"),
-            (&["--alpn", "h3"], "--alpn \"h3\""),
+            (&["--alpn", "h2"], "--alpn \"h2\""),
             (&["--alpn", ""], "--alpn \"\""),
             (&["--download", "1"], "--download 1: only with --alpn perf"),
             (&["--upload", "1K"], "--upload 1024: only with --alpn perf"),

@@ -5,7 +5,7 @@ use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, tim
 use anyhow::bail;
 
 use super::{
-    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SERVER_ALPNS, check_alpn_of,
+    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn,
     check_count, check_positive, check_seconds, parse_size, shutdown_signal, write_json,
 };
 use crate::{
@@ -126,11 +126,11 @@ impl ServerArgs {
         if self.alpn.is_empty() {
             bail!(
                 "--alpn: none given (supported: {})",
-                SERVER_ALPNS.join(", ")
+                SUPPORTED_ALPNS.join(", ")
             );
         }
         for a in &self.alpn {
-            check_alpn_of("--alpn", a, &SERVER_ALPNS)?;
+            check_alpn("--alpn", a)?;
         }
         if let Some(n) = self.max_connections {
             check_positive("--max-connections", n)?;

@@ -13,7 +13,9 @@ use std::{
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent};
 
 use super::{
-    ClientConfig, ClientReport, load,
+    ClientConfig, ClientReport,
+    http3::Http3,
+    load,
     progress::Progress,
     report,
     requests::{Open, Shared},
@@ -33,6 +35,8 @@ pub(super) struct ClientApp {
     sockets: usize,
     shared: Shared,
     open: IdMap<ConnectionHandle, Open>,
+    /// With `--alpn h3`: the connections, which `open` then does not hold.
+    h3: Option<Http3>,
     /// Connections opened so far.
     started: usize,
     first_connect: Option<Instant>,
@@ -56,11 +60,21 @@ impl ClientApp {
         config: ClientConfig,
         progress: Option<Progress>,
     ) -> Self {
+        let h3 = (config.alpn == tls::ALPN_H3).then(|| {
+            Http3::new(
+                requests.clone(),
+                config.parallel,
+                format!("{server_name}:{}", remote.port()),
+                config.save.clone(),
+                Instant::now(),
+            )
+        });
         Self {
             remote,
             server_name,
             crypto,
             sockets: sockets.max(1),
+            h3,
             shared: Shared::new(perf, requests, config),
             open: IdMap::default(),
             started: 0,
@@ -93,7 +107,8 @@ impl ClientApp {
     /// The driver was shut down (Ctrl-C) and has closed the connections: what was still to
     /// do failed.
     pub(super) fn interrupted(&mut self) {
-        let outstanding: usize = self.open.values().map(Open::outstanding).sum();
+        let outstanding: usize = self.open.values().map(Open::outstanding).sum::<usize>()
+            + self.h3.as_ref().map_or(0, Http3::outstanding);
         let not_started = self.unopened();
         let s = &mut self.shared;
         s.report.failed_requests += (outstanding + not_started) as u64;
@@ -103,6 +118,12 @@ impl ClientApp {
         ));
         self.failed = true;
         self.open.clear();
+        self.h3 = None;
+    }
+
+    /// Connections open, of either kind.
+    fn open_count(&self) -> usize {
+        self.open.len() + self.h3.as_ref().map_or(0, Http3::len)
     }
 
     /// Requests of the connections not yet opened.
@@ -118,7 +139,7 @@ impl ClientApp {
             (c.connections, c.concurrency, c.rate)
         };
         while !self.failed && self.started < connections {
-            if self.open.len() >= concurrency {
+            if self.open_count() >= concurrency {
                 return None;
             }
             if let (Some(rate), Some(first)) = (rate, self.first_connect) {
@@ -153,7 +174,13 @@ impl ClientApp {
         match driver.connect(path, cc, self.remote, &self.server_name, now) {
             Ok(ch) => {
                 self.first_connect.get_or_insert(now);
-                s.report.peak_concurrency = s.report.peak_concurrency.max(self.open.len() + 1);
+                let open_now = self.open.len() + self.h3.as_ref().map_or(0, Http3::len);
+                s.report.peak_concurrency = s.report.peak_concurrency.max(open_now + 1);
+                if let Some(h3) = &mut self.h3 {
+                    let key_update = s.config.key_update;
+                    driver.update(ch, |conn| h3.connected(ch, conn, key_update, now));
+                    return;
+                }
                 let mut open = Open::new(s, now);
                 // A session ticket that allows 0-RTT: the requests go out in it, before the
                 // handshake completes (and again after it, should the server refuse them).
@@ -181,6 +208,28 @@ impl ClientApp {
 
 impl Application for ClientApp {
     fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {
+        if let Some(h3) = &mut self.h3
+            && h3.serves(ch)
+        {
+            let s = &mut self.shared;
+            if let Event::ConnectionLost { reason } = &event {
+                let msg = report::connection_error(
+                    self.remote,
+                    &s.config.alpn,
+                    s.config.transport.idle_timeout,
+                    reason,
+                );
+                s.report.lost_packets += conn.stats().path.lost_packets;
+                s.report.failed_requests += h3.lost(ch) as u64;
+                s.fail(msg);
+                self.failed = true;
+                return;
+            }
+            if let Some(handshake) = h3.event(ch, conn, &event, now) {
+                s.handshakes.record(handshake);
+            }
+            return;
+        }
         let Some(open) = self.open.get_mut(&ch) else {
             return;
         };
@@ -244,23 +293,53 @@ impl Application for ClientApp {
                 self.forget_if_closed(ch);
             }
         }
+        let mut h3_pending = false;
+        if let Some(h3) = &mut self.h3 {
+            let s = &mut self.shared;
+            let mut finished = Vec::new();
+            h3_pending = h3.poll(driver, now, &mut finished);
+            for (gbps, lost) in finished {
+                s.report.connections += 1;
+                s.report.lost_packets += lost;
+                s.connection_gbps.extend(gbps);
+            }
+            let r = h3.take();
+            s.report.requests += r.requests;
+            s.report.failed_requests += r.failed;
+            s.report.bytes_received += r.bytes;
+            for l in r.latencies {
+                s.latencies.record(l);
+            }
+            for e in r.errors {
+                s.fail(e);
+            }
+            if r.last_fin.is_some() {
+                s.last_fin = r.last_fin;
+            }
+        }
         let next_connect = self.connect(driver, now);
         let bytes = self.shared.report.bytes_received;
         let next_progress = self
             .progress
             .as_mut()
             .map(|p| p.update(bytes, self.first_connect, now));
-        match (next_connect, next_progress) {
+        let next = match (next_connect, next_progress) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
+        };
+        if h3_pending { Some(now) } else { next }
     }
 
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(h3) = &self.h3
+            && h3.poll_wake(cx).is_ready()
+        {
+            return Poll::Ready(());
+        }
         self.shared.writes.poll_ready(cx)
     }
 
     fn done(&self) -> bool {
-        self.open.is_empty() && (self.failed || self.started >= self.shared.config.connections)
+        self.open_count() == 0 && (self.failed || self.started >= self.shared.config.connections)
     }
 }

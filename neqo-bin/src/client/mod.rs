@@ -1,9 +1,10 @@
-//! The `hq-interop` and `perf` client.
+//! The `hq-interop`, `perf` and HTTP/3 client.
 //!
 //! - [`run`], [`run_report`], [`run_async`]: a client run to completion.
 //! - `app`: the [`Application`](crate::driver::Application): connections opened at the
 //!   concurrency and rate asked for, their events routed, the report added up.
 //! - `requests`: one connection's requests, made, read, verified and saved.
+//! - `http3`: the HTTP/3 connections (`h3`), their requests as tasks.
 //! - `keys`: the early key update (`--key-update`).
 //! - `output`: `--output-dir` bodies, written off the driver thread ([`crate::disk`]).
 //! - `load`: the load report's latency percentiles and throughput spread; `progress`: the
@@ -11,6 +12,7 @@
 //! - [`ClientReport`]: what it did.
 
 mod app;
+mod http3;
 mod keys;
 mod load;
 mod output;
@@ -31,7 +33,7 @@ pub use self::{
 use crate::{
     driver::Driver,
     hq::{self, Target},
-    tls::{self, ALPN_HQ, ALPN_PERF, TransportOptions, Trust},
+    tls::{self, ALPN_H3, ALPN_HQ, ALPN_PERF, TransportOptions, Trust},
 };
 
 /// What a client does.
@@ -52,7 +54,7 @@ pub struct ClientConfig {
     /// Local sockets (ports) the connections are spread over, round robin, so that a server
     /// sees them as coming from different clients.
     pub sockets: usize,
-    /// `hq-interop` or `perf`.
+    /// `hq-interop`, `perf` or `h3`.
     pub alpn: String,
     /// perf: bytes to ask the server for, per request.
     pub download: u64,
@@ -230,11 +232,14 @@ pub async fn run_until(
             bail!("all URLs must name the same server: {u} is not at {remote}");
         }
     }
-    if config.alpn != ALPN_HQ && config.alpn != ALPN_PERF {
+    if ![ALPN_HQ, ALPN_PERF, ALPN_H3].contains(&config.alpn.as_str()) {
         bail!(
-            "unknown ALPN {:?} (expected {ALPN_HQ} or {ALPN_PERF})",
+            "unknown ALPN {:?} (expected {ALPN_HQ}, {ALPN_PERF} or {ALPN_H3})",
             config.alpn
         );
+    }
+    if config.alpn == ALPN_H3 {
+        config.transport.uni_streams = crate::h3::UNI_STREAMS;
     }
     if let Save::Dir(dir) = config.save.clone() {
         tokio::task::spawn_blocking(move || {

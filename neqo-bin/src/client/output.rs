@@ -17,7 +17,7 @@ pub(super) enum Sink {
 }
 
 impl Sink {
-    fn open(&self) -> io::Result<File> {
+    pub(super) fn open(&self) -> io::Result<File> {
         match self {
             Self::File(path) => File::create(path),
             Self::Stdout => stdout(),
