@@ -1,5 +1,6 @@
-//! One HTTP/3 connection's engine: its [`Mailbox`] and its [`Tasks`], driven from the
-//! application's callbacks with the quinn-proto connection in hand.
+//! One HTTP/3 connection's engine: its [`Mailbox`](super::transport::Mailbox) and its
+//! [`Tasks`], driven from the application's callbacks with the quinn-proto connection in
+//! hand.
 
 use std::time::Instant;
 
@@ -59,7 +60,7 @@ impl Engine {
     }
 
     /// Runs the woken tasks and carries their work to the connection, until neither has
-    /// anything left or [`ROUNDS`] have passed.
+    /// anything left or a bounded number of rounds have passed.
     pub fn drive(&mut self, conn: &mut Connection, now: Instant) {
         for _ in 0..ROUNDS {
             let ran = self.tasks.run();
