@@ -23,8 +23,8 @@ use crate::{
     driver::Driver,
     h3::{
         Engine,
+        handles::{H3Connection, Opener},
         tasks::{Notifier, Spawner},
-        transport::{H3Connection, Opener},
     },
     hq::{self, Target},
     pattern,

@@ -1,4 +1,4 @@
-//! One HTTP/3 connection's engine: its [`Mailbox`](super::transport::Mailbox) and its
+//! One HTTP/3 connection's engine: its [`Mailbox`](super::mailbox::Mailbox) and its
 //! [`Tasks`], driven from the application's callbacks with the quinn-proto connection in
 //! hand.
 
@@ -7,8 +7,9 @@ use std::time::Instant;
 use quinn_proto::{Connection, Event};
 
 use super::{
+    handles::H3Connection,
+    mailbox::Shared,
     tasks::{Notifier, Spawner, Tasks},
-    transport::{H3Connection, Shared},
 };
 
 /// Rounds of "run the tasks, carry their work" per callback: each round moves a frame per

@@ -1,10 +1,12 @@
-//! HTTP/3 (RFC 9114) over the driver, with the `h3` crate: [`transport`] gives `h3` its
-//! `quic` traits over the driver's quinn-proto connections, [`tasks`] runs its futures on
-//! the driver's thread.
+//! HTTP/3 (RFC 9114) over the driver, with the `h3` crate: [`handles`] gives `h3` its `quic`
+//! traits, over a [`mailbox`] per connection that carries what they ask to the driver's
+//! quinn-proto connection; [`tasks`] runs `h3`'s futures on the driver's thread; [`conn`]
+//! puts the three together per connection.
 
 pub mod conn;
+pub mod handles;
+pub mod mailbox;
 pub mod tasks;
-pub mod transport;
 
 #[cfg(test)]
 pub(crate) mod test_client;

@@ -1,13 +1,47 @@
 //! An HTTP/3 client for tests on the in-memory network: one connection, its requests all at
-//! once, each response kept whole (status, the headers tests look at, the body).
+//! once, each response kept whole (status, the headers tests look at, the body), or cancelled
+//! once its headers arrive.
 
-use std::{cell::RefCell, net::SocketAddr, rc::Rc, time::Instant};
+use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::Arc, time::Instant};
 
 use bytes::{Buf as _, Bytes};
 use quinn_proto::{ConnectionHandle, Event};
 
-use super::Engine;
-use crate::driver::{Application, Driver};
+use super::{Engine, UNI_STREAMS};
+use crate::{
+    driver::{Application, Driver},
+    tls::{self, ALPN_H3, TransportOptions, Trust},
+};
+
+/// A client's QUIC configuration for HTTP/3: ALPN `h3`, any certificate, room for the
+/// server's control and QPACK streams.
+pub fn config() -> quinn_proto::ClientConfig {
+    config_with(|_| {})
+}
+
+/// As [`config`], with each stream's receive window `window` bytes: a response larger than
+/// that cannot have been sent whole before a cancel reaches the server.
+pub fn config_with_stream_window(window: u32) -> quinn_proto::ClientConfig {
+    config_with(|t| {
+        t.stream_receive_window(window.into());
+    })
+}
+
+fn config_with(
+    adjust: impl FnOnce(&mut quinn_proto::TransportConfig),
+) -> quinn_proto::ClientConfig {
+    let mut config =
+        quinn_proto::ClientConfig::new(tls::client_crypto(&Trust::Insecure, ALPN_H3).unwrap());
+    let mut transport = TransportOptions {
+        uni_streams: UNI_STREAMS,
+        ..TransportOptions::default()
+    }
+    .transport("client")
+    .unwrap();
+    adjust(&mut transport);
+    config.transport_config(Arc::new(transport));
+    config
+}
 
 /// What a request got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,10 +80,23 @@ impl Got {
     }
 }
 
+/// How a request is cancelled once its response's headers arrive (RFC 9114 section 4.1.1),
+/// with `H3_REQUEST_CANCELLED`: the ways browsers give up on a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    /// `STOP_SENDING` on the response (the request was finished).
+    StopSending,
+    /// `RESET_STREAM` on the request, never finished; the stream is then dropped.
+    Reset,
+    /// Both at once.
+    Both,
+}
+
 async fn request(
-    mut send: h3::client::SendRequest<super::transport::Opener, Bytes>,
+    mut send: h3::client::SendRequest<super::handles::Opener, Bytes>,
     method: String,
     path: String,
+    cancel: Option<Cancel>,
 ) -> Result<Got, h3::error::StreamError> {
     let req = http::Request::builder()
         .method(method.as_str())
@@ -57,7 +104,9 @@ async fn request(
         .body(())
         .unwrap();
     let mut s = send.send_request(req).await?;
-    s.finish().await?;
+    if !matches!(cancel, Some(Cancel::Reset | Cancel::Both)) {
+        s.finish().await?;
+    }
     let resp = s.recv_response().await?;
     let header = |name| {
         resp.headers()
@@ -66,6 +115,24 @@ async fn request(
             .map(str::to_owned)
     };
     let mut body = Vec::new();
+    if let Some(how) = cancel {
+        let code = h3::error::Code::H3_REQUEST_CANCELLED;
+        if how != Cancel::Reset {
+            s.stop_sending(code);
+        }
+        if how != Cancel::StopSending {
+            s.stop_stream(code);
+        }
+        // Dropped with its body unread.
+        return Ok(Got {
+            method,
+            path,
+            status: resp.status().as_u16(),
+            content_length: header("content-length"),
+            content_type: header("content-type"),
+            body,
+        });
+    }
     while let Some(mut chunk) = s.recv_data().await? {
         while chunk.has_remaining() {
             let c = chunk.chunk();
@@ -90,6 +157,8 @@ pub struct Client {
     server: SocketAddr,
     config: Option<quinn_proto::ClientConfig>,
     requests: Vec<(String, String)>,
+    /// How the first `cancelled.1` requests are cancelled.
+    cancelled: Option<(Cancel, usize)>,
     ch: Option<ConnectionHandle>,
     pub engine: Engine,
     /// Each request's answer, or its error.
@@ -113,6 +182,7 @@ impl Client {
                 .iter()
                 .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
                 .collect(),
+            cancelled: None,
             ch: None,
             engine: Engine::new(),
             got: Rc::default(),
@@ -120,6 +190,14 @@ impl Client {
             lost: None,
             drained: false,
         }
+    }
+
+    /// Cancels the first `n` requests as `how` says once their headers arrive (they are
+    /// answered with an empty body).
+    #[must_use]
+    pub const fn cancelling(mut self, how: Cancel, n: usize) -> Self {
+        self.cancelled = Some((how, n));
+        self
     }
 
     /// The answers, ordered by (path, method).
@@ -153,6 +231,7 @@ impl Application for Client {
             );
             let (t, spawner) = (self.engine.transport(), self.engine.spawner());
             let (requests, got) = (self.requests.clone(), Rc::clone(&self.got));
+            let cancelled = self.cancelled;
             self.engine.spawner().spawn(async move {
                 let (mut conn, send) = match h3::client::new(t).await {
                     Ok(c) => c,
@@ -161,10 +240,13 @@ impl Application for Client {
                         return;
                     }
                 };
-                for (method, path) in requests {
+                for (i, (method, path)) in requests.into_iter().enumerate() {
                     let (send, got) = (send.clone(), Rc::clone(&got));
+                    let cancel = cancelled.and_then(|(how, n)| (i < n).then_some(how));
                     spawner.spawn(async move {
-                        let r = request(send, method, path).await.map_err(|e| e.to_string());
+                        let r = request(send, method, path, cancel)
+                            .await
+                            .map_err(|e| e.to_string());
                         got.borrow_mut().push(r);
                     });
                 }

@@ -14,9 +14,9 @@ use quinn_proto::{ConnectionHandle, EndpointConfig, Event};
 
 use super::{
     Engine, UNI_STREAMS,
+    handles::H3Connection,
     tasks::Spawner,
     test_client::{Client, Got},
-    transport::H3Connection,
 };
 use crate::{
     driver::{
@@ -40,7 +40,7 @@ pub(crate) fn pattern_body(n: u64) -> Vec<u8> {
 /// `GET /N`: N pattern bytes; anything else 404.
 async fn respond(
     req: http::Request<()>,
-    mut stream: h3::server::RequestStream<super::transport::BidiStream, Bytes>,
+    mut stream: h3::server::RequestStream<super::handles::BidiStream, Bytes>,
 ) -> Result<(), h3::error::StreamError> {
     let n: Option<u64> = req
         .uri()

@@ -24,8 +24,8 @@ use crate::{
     driver::Driver,
     h3::{
         Engine,
+        handles::{BidiStream, H3Connection},
         tasks::{Notifier, Spawner},
-        transport::{BidiStream, H3Connection},
     },
     hq::{self, Target},
     pattern,

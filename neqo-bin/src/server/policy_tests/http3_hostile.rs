@@ -6,7 +6,6 @@
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -22,11 +21,10 @@ use crate::{
         testing::{Behaviour, Network},
     },
     h3::{
-        UNI_STREAMS,
-        test_client::{Client, Got},
+        test_client::{self, Client, Got},
         tests::pattern_body,
     },
-    tls::{self, ALPN_H3, TransportOptions, Trust},
+    tls::ALPN_H3,
 };
 
 fn varint(v: u64, out: &mut Vec<u8>) {
@@ -208,20 +206,6 @@ fn frames(mut b: &[u8]) -> Option<Vec<(u64, Vec<u8>)>> {
     Some(out)
 }
 
-fn client_config() -> quinn_proto::ClientConfig {
-    let mut config =
-        quinn_proto::ClientConfig::new(tls::client_crypto(&Trust::Insecure, ALPN_H3).unwrap());
-    config.transport_config(Arc::new(
-        TransportOptions {
-            uni_streams: UNI_STREAMS,
-            ..TransportOptions::default()
-        }
-        .transport("client")
-        .unwrap(),
-    ));
-    config
-}
-
 /// A server offering h3 on the virtual network.
 struct Bench {
     net: Network,
@@ -283,7 +267,7 @@ impl Bench {
     /// What `script` gets within two seconds, or once its connection is lost.
     fn raw(&mut self, script: Script) -> Raw {
         let mut raw = Raw {
-            config: Some(client_config()),
+            config: Some(test_client::config()),
             script,
             requests: Vec::new(),
             received: HashMap::new(),
@@ -297,7 +281,7 @@ impl Bench {
 
     /// A fresh client gets `/100000` whole: the server still serves.
     fn still_serving(&mut self) {
-        let mut c = Client::new(SERVER, client_config(), &[("GET", "/100000")]);
+        let mut c = Client::new(SERVER, test_client::config(), &[("GET", "/100000")]);
         self.run(&mut c, Duration::from_secs(30), |_| false);
         let got: Vec<_> = c.answers().into_iter().map(Result::unwrap).collect();
         assert_eq!(

@@ -1,0 +1,384 @@
+//! The mailbox between `h3`'s stream handles ([`super::handles`]) and a quinn-proto connection
+//! that the driver owns.
+//!
+//! The driver hands the application `&mut Connection` only inside its callbacks, while `h3`
+//! reads and writes through stream handles from its futures. Between the two sits a
+//! mailbox per connection ([`Mailbox`]): the handles post what `h3` wants (a frame to send, a
+//! finish, a reset, a stream to open) and take what has arrived; [`Mailbox::on_event`] and
+//! [`Mailbox::pump`], called with the connection, carry both across and wake the futures
+//! that can go on. Each stream holds at most [`RECV_HELD`] bytes read ahead of `h3` and one
+//! frame it has not yet handed to quinn-proto, so the mailbox adds a bounded amount per
+//! stream to what quinn-proto's flow control already bounds.
+
+use std::{
+    cell::RefCell,
+    collections::{HashMap, HashSet, VecDeque},
+    rc::Rc,
+    task::Waker,
+};
+
+use bytes::{Buf as _, Bytes};
+use h3::{
+    error::Code,
+    quic::{self, ConnectionErrorIncoming, WriteBuf},
+};
+use quinn_proto::{
+    Connection, ConnectionError, Dir, Event, FinishError, ReadError, StreamEvent, StreamId, VarInt,
+    WriteError,
+};
+
+/// The most a stream holds read from quinn-proto and not yet taken by `h3`: more waits in
+/// quinn-proto, under its flow control.
+pub const RECV_HELD: usize = 64 * 1024;
+
+pub(super) fn h3_id(id: StreamId) -> quic::StreamId {
+    // Both are QUIC varints: below 2^62.
+    quic::StreamId::try_from(VarInt::from(id).into_inner()).expect("a stream ID is a varint")
+}
+
+pub(super) fn code(v: u64) -> VarInt {
+    VarInt::from_u64(v).unwrap_or(VarInt::MAX)
+}
+
+/// How the connection ended, as `h3` wants to hear it.
+pub(super) fn lost(reason: &ConnectionError) -> ConnectionErrorIncoming {
+    match reason {
+        ConnectionError::ApplicationClosed(c) => ConnectionErrorIncoming::ApplicationClose {
+            error_code: c.error_code.into_inner(),
+        },
+        ConnectionError::TimedOut => ConnectionErrorIncoming::Timeout,
+        other => ConnectionErrorIncoming::Undefined(std::sync::Arc::new(other.clone())),
+    }
+}
+
+/// One stream's two directions, as far as the mailbox carries them.
+#[derive(Default)]
+pub(super) struct Stream {
+    /// Read from quinn-proto, not yet taken.
+    pub(super) recv: VecDeque<Bytes>,
+    pub(super) recv_held: usize,
+    /// The peer finished (`Some(None)`) or reset (`Some(Some(code))`) its side; `h3` is told
+    /// once `recv` is empty.
+    pub(super) recv_end: Option<Option<u64>>,
+    /// Nothing more to read: the end was taken, or `h3` stopped it, or it is send-only.
+    pub(super) recv_done: bool,
+    pub(super) recv_waker: Option<Waker>,
+    /// `STOP_SENDING` asked by `h3`, not yet carried.
+    pub(super) stop: Option<u64>,
+    /// A frame `h3` handed over, not yet all written to quinn-proto.
+    pub(super) writing: Option<WriteBuf<Bytes>>,
+    /// `h3` asked to finish, once `writing` is out.
+    pub(super) finish: bool,
+    /// `RESET_STREAM` asked by `h3`, not yet carried.
+    pub(super) reset: Option<u64>,
+    /// The peer stopped this side (`STOP_SENDING`) with this code.
+    pub(super) stopped: Option<u64>,
+    /// Nothing more to send: finished, reset, stopped, or it is receive-only.
+    pub(super) send_done: bool,
+    pub(super) send_waker: Option<Waker>,
+    /// Handles `h3` holds (0 to 2; 0 also before it takes the stream).
+    pub(super) handles: u8,
+}
+
+impl Stream {
+    pub(super) fn new(dir: Dir, local: bool) -> Self {
+        Self {
+            // A unidirectional stream has only the initiator's sending side.
+            recv_done: dir == Dir::Uni && local,
+            send_done: dir == Dir::Uni && !local,
+            ..Self::default()
+        }
+    }
+
+    pub(super) fn wake(&mut self) {
+        if let Some(w) = self.recv_waker.take() {
+            w.wake();
+        }
+        if let Some(w) = self.send_waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// A connection's streams as `h3` sees them, and what it asked of the connection.
+#[derive(Default)]
+pub struct Mailbox {
+    pub(super) streams: HashMap<StreamId, Stream>,
+    /// Streams with something for [`Mailbox::pump`] to carry.
+    pub(super) dirty: HashSet<StreamId>,
+    pub(super) accepted_bi: VecDeque<StreamId>,
+    pub(super) accepted_uni: VecDeque<StreamId>,
+    pub(super) accept_wakers: Vec<Waker>,
+    /// Streams to open for `h3`, and the ones opened for it not yet taken.
+    pub(super) want_bi: usize,
+    pub(super) want_uni: usize,
+    pub(super) opened_bi: VecDeque<StreamId>,
+    pub(super) opened_uni: VecDeque<StreamId>,
+    pub(super) open_wakers: Vec<Waker>,
+    /// A close `h3` asked for, not yet carried.
+    pub(super) close: Option<(u64, Bytes)>,
+    pub(super) ended: Option<ConnectionErrorIncoming>,
+}
+
+impl std::fmt::Debug for Mailbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mailbox")
+            .field("streams", &self.streams.len())
+            .field("dirty", &self.dirty.len())
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The shared handle on a [`Mailbox`].
+pub type Shared = Rc<RefCell<Mailbox>>;
+
+impl Mailbox {
+    /// A mailbox for a new connection.
+    #[must_use]
+    pub fn new() -> Shared {
+        Rc::default()
+    }
+
+    /// Streams the mailbox still keeps (a stream leaves once both sides are done and `h3`
+    /// has dropped its handles).
+    #[must_use]
+    pub fn streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Whether the connection has ended.
+    #[must_use]
+    pub const fn ended(&self) -> bool {
+        self.ended.is_some()
+    }
+
+    /// Takes in a connection event.
+    pub fn on_event(&mut self, conn: &mut Connection, event: &Event) {
+        match event {
+            Event::Stream(StreamEvent::Opened { dir }) => {
+                while let Some(id) = conn.streams().accept(*dir) {
+                    self.streams.insert(id, Stream::new(*dir, false));
+                    match dir {
+                        Dir::Bi => self.accepted_bi.push_back(id),
+                        Dir::Uni => self.accepted_uni.push_back(id),
+                    }
+                    self.dirty.insert(id);
+                }
+                for w in self.accept_wakers.drain(..) {
+                    w.wake();
+                }
+            }
+            Event::Stream(StreamEvent::Readable { id } | StreamEvent::Writable { id }) => {
+                self.dirty.insert(*id);
+            }
+            Event::Stream(StreamEvent::Stopped { id, error_code }) => {
+                // RFC 9000 section 3.5: a stopped stream is answered with RESET_STREAM,
+                // carrying the peer's code. quinn-proto leaves that to the application, and
+                // frees the stream (and gives its credit back) only once the reset is acked.
+                let _ = conn.send_stream(*id).reset(*error_code);
+                if let Some(s) = self.streams.get_mut(id) {
+                    s.stopped = Some(error_code.into_inner());
+                    s.writing = None;
+                    s.send_done = true;
+                    s.wake();
+                    self.dirty.insert(*id);
+                }
+            }
+            Event::Stream(StreamEvent::Available { .. }) => {
+                // Opening is retried in the pump.
+            }
+            Event::ConnectionLost { reason } => self.end(lost(reason)),
+            _ => {}
+        }
+    }
+
+    fn end(&mut self, why: ConnectionErrorIncoming) {
+        if self.ended.is_none() {
+            self.ended = Some(why);
+        }
+        for s in self.streams.values_mut() {
+            s.wake();
+        }
+        for w in self
+            .accept_wakers
+            .drain(..)
+            .chain(self.open_wakers.drain(..))
+        {
+            w.wake();
+        }
+    }
+
+    /// `h3` closes the connection. The first close is the one sent: `h3` closes with its
+    /// error and then again, with `H3_NO_ERROR`, as its connection is dropped.
+    pub(super) fn ask_close(&mut self, code: Code, reason: &[u8]) {
+        if self.close.is_none() && self.ended.is_none() {
+            self.close = Some((code.value(), Bytes::copy_from_slice(reason)));
+        }
+    }
+
+    /// Whether [`Mailbox::pump`] has something to carry. Streams `h3` waits to open are not
+    /// counted: they open when the peer's limits allow, which an event says.
+    #[must_use]
+    pub fn has_work(&self) -> bool {
+        !self.dirty.is_empty() || self.close.is_some()
+    }
+
+    /// Whether `h3` waits for streams to be opened.
+    #[must_use]
+    pub const fn wants_streams(&self) -> bool {
+        self.ended.is_none() && self.want_bi + self.want_uni > 0
+    }
+
+    /// Carries what `h3` asked for to the connection and what arrived to `h3`.
+    pub fn pump(&mut self, conn: &mut Connection, now: std::time::Instant) {
+        if let Some((c, reason)) = self.close.take() {
+            conn.close(now, code(c), reason);
+            self.end(ConnectionErrorIncoming::ApplicationClose { error_code: c });
+        }
+        if self.ended.is_none() {
+            self.open(conn);
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(s) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            Self::send(conn, id, s);
+            Self::receive(conn, id, s);
+            if s.recv_done && s.send_done && s.handles == 0 {
+                self.streams.remove(&id);
+            }
+        }
+    }
+
+    fn open(&mut self, conn: &mut Connection) {
+        let mut opened = false;
+        for (dir, want, queue) in [
+            (Dir::Bi, &mut self.want_bi, &mut self.opened_bi),
+            (Dir::Uni, &mut self.want_uni, &mut self.opened_uni),
+        ] {
+            while *want > 0 {
+                let Some(id) = conn.streams().open(dir) else {
+                    break;
+                };
+                *want -= 1;
+                self.streams.insert(id, Stream::new(dir, true));
+                queue.push_back(id);
+                opened = true;
+            }
+        }
+        if opened {
+            for w in self.open_wakers.drain(..) {
+                w.wake();
+            }
+        }
+    }
+
+    fn send(conn: &mut Connection, id: StreamId, s: &mut Stream) {
+        if s.send_done {
+            return;
+        }
+        let mut out = conn.send_stream(id);
+        if let Some(c) = s.reset.take() {
+            let _ = out.reset(code(c));
+            s.writing = None;
+            s.send_done = true;
+            s.wake();
+            return;
+        }
+        let mut stopped = None;
+        if let Some(w) = &mut s.writing {
+            while w.has_remaining() {
+                match out.write(w.chunk()) {
+                    Ok(n) => w.advance(n),
+                    Err(WriteError::Blocked) => break,
+                    Err(WriteError::Stopped(c)) => {
+                        stopped = Some(c.into_inner());
+                        break;
+                    }
+                    Err(WriteError::ClosedStream) => {
+                        stopped = Some(Code::H3_REQUEST_CANCELLED.value());
+                        break;
+                    }
+                }
+            }
+            if stopped.is_none() && !w.has_remaining() {
+                s.writing = None;
+                if let Some(waker) = s.send_waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+        if stopped.is_none() && s.writing.is_none() && s.finish {
+            match out.finish() {
+                Ok(()) | Err(FinishError::ClosedStream) => {
+                    s.send_done = true;
+                    if let Some(waker) = s.send_waker.take() {
+                        waker.wake();
+                    }
+                }
+                Err(FinishError::Stopped(c)) => stopped = Some(c.into_inner()),
+            }
+        }
+        if let Some(c) = stopped {
+            // As for the Stopped event, which may not have been taken in yet.
+            let _ = out.reset(code(c));
+            s.stopped = Some(c);
+            s.writing = None;
+            s.send_done = true;
+            if let Some(waker) = s.send_waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
+    fn receive(conn: &mut Connection, id: StreamId, s: &mut Stream) {
+        if s.recv_done {
+            return;
+        }
+        if let Some(c) = s.stop.take() {
+            let _ = conn.recv_stream(id).stop(code(c));
+            s.recv.clear();
+            s.recv_held = 0;
+            s.recv_done = true;
+            return;
+        }
+        if s.recv_end.is_some() || s.recv_held >= RECV_HELD {
+            return;
+        }
+        let mut input = conn.recv_stream(id);
+        let Ok(mut chunks) = input.read(true) else {
+            // Gone from quinn-proto (the connection is closing): as a reset.
+            s.recv_end = Some(Some(Code::H3_REQUEST_CANCELLED.value()));
+            s.wake();
+            return;
+        };
+        let before = s.recv_held;
+        loop {
+            match chunks.next(RECV_HELD - s.recv_held) {
+                Ok(Some(c)) => {
+                    s.recv_held += c.bytes.len();
+                    s.recv.push_back(c.bytes);
+                    if s.recv_held >= RECV_HELD {
+                        break;
+                    }
+                }
+                Ok(None) => {
+                    s.recv_end = Some(None);
+                    break;
+                }
+                Err(ReadError::Reset(c)) => {
+                    s.recv_end = Some(Some(c.into_inner()));
+                    break;
+                }
+                Err(ReadError::Blocked) => break,
+            }
+        }
+        let _ = chunks.finalize();
+        if (s.recv_held > before || s.recv_end.is_some())
+            && let Some(w) = s.recv_waker.take()
+        {
+            w.wake();
+        }
+    }
+}
