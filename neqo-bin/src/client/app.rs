@@ -96,6 +96,7 @@ impl ClientApp {
             p.finish();
         }
         let mut report = std::mem::take(&mut s.report);
+        report.alpn.clone_from(&s.config.alpn);
         report.concurrency = s.config.concurrency;
         report.handshake_ms = s.handshakes.percentiles();
         report.request_ms = s.latencies.percentiles();

@@ -13,6 +13,8 @@ use crate::driver::Driver;
 /// What a client did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ClientReport {
+    /// The application protocol the connections spoke (`hq-interop`, `perf` or `h3`).
+    pub alpn: String,
     /// Response body bytes received.
     pub bytes_received: u64,
     /// Request bytes sent (request lines, perf headers and uploads).

@@ -195,6 +195,34 @@ fn register_worker(r: &mut Registry, report: &ServerReport) {
     ] {
         r.register_with_unit(name, help, Unit::Bytes, counter(v));
     }
+    // HTTP/3's share of the requests above, by outcome.
+    let h3 = &report.http3;
+    let http3 = r.sub_registry_with_prefix("http3");
+    for (name, help, v) in [
+        (
+            "responses",
+            "HTTP/3 responses sent whole (200)",
+            h3.responses,
+        ),
+        (
+            "error_statuses",
+            "HTTP/3 requests answered with a 4xx or 5xx status",
+            h3.error_statuses,
+        ),
+        (
+            "cancelled",
+            "HTTP/3 requests that ended without a whole response",
+            h3.cancelled,
+        ),
+    ] {
+        http3.register(name, help, counter(v));
+    }
+    http3.register_with_unit(
+        "body",
+        "HTTP/3 response body bytes sent",
+        Unit::Bytes,
+        counter(h3.body_bytes),
+    );
     let refused = r.sub_registry_with_prefix("refused");
     for (reason, v) in [
         ("half_open", a.refused_half_open),

@@ -107,7 +107,7 @@ impl ServerReport {
             ));
         }
         format!(
-            "receive windows {} of {} B (refused {}, source share {}), connections accepted {} refused {} (half-open limit {}) retries {} stateless replies dropped {} half-open {} (peak {}, timed out {}, evicted {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}\n{}{workers}",
+            "receive windows {} of {} B (refused {}, source share {}), connections accepted {} refused {} (half-open limit {}) retries {} stateless replies dropped {} half-open {} (peak {}, timed out {}, evicted {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}{}\n{}{workers}",
             self.receive_windows,
             self.receive_budget,
             self.refused_budget,
@@ -127,7 +127,20 @@ impl ServerReport {
             self.bytes_sent,
             self.bytes_received,
             self.lost_packets,
+            self.http3_summary(),
             self.socket
+        )
+    }
+
+    /// `, HTTP/3 ...` when HTTP/3 requests came: their share of the requests, by outcome.
+    fn http3_summary(&self) -> String {
+        let h = &self.http3;
+        if h == &super::http3::Http3Counters::default() {
+            return String::new();
+        }
+        format!(
+            ", HTTP/3 responses {} error statuses {} cancelled {} body {} B",
+            h.responses, h.error_statuses, h.cancelled, h.body_bytes
         )
     }
 
