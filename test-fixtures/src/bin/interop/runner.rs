@@ -17,7 +17,7 @@ use serde_json::Value;
 use test_fixtures::{Impl, Measured, Server, StartError, release_binary, run};
 
 /// Every case the runner knows, in its order.
-pub const ALL: [&str; 21] = [
+pub const ALL: [&str; 22] = [
     "handshake",
     "transfer",
     "longrtt",
@@ -26,6 +26,7 @@ pub const ALL: [&str; 21] = [
     "retry",
     "resumption",
     "zerortt",
+    "http3",
     "keyupdate",
     "ecn",
     "amplificationlimit",
@@ -128,6 +129,8 @@ fn spec(case: &str) -> Spec {
                 .collect();
         }
         "resumption" | "zerortt" => s.files = files(case, &[1024, 10_000, 50_000]),
+        // As the runner's: three files over one HTTP/3 connection.
+        "http3" => s.files = files(case, &[5_000, 10_000, 500_000]),
         "keyupdate" => s.files = files(case, &[5 << 20]),
         "ipv6" => s.v6 = true,
         // The server's first flight (a ~9 KB certificate) is more than three times the
@@ -203,6 +206,7 @@ fn msquic_cannot(case: &str, client: bool) -> Option<&'static str> {
         ("resumption" | "zerortt", true) => {
             Some("msquic-peer's client keeps no session ticket between connections")
         }
+        ("http3", _) => Some("msquic-peer speaks hq-interop only: no HTTP/3"),
         ("rebind-addr", false) => Some(
             "msquic 2.5's server stops answering once the client's IP address changes (found here; see docs/interop.md)",
         ),
@@ -676,6 +680,31 @@ fn check(
                 r.server(&["driver", "retries"]),
                 |n| n == 0,
                 "retries",
+            )?;
+        }
+        "http3" => {
+            let alpns: Vec<&str> = r
+                .clients
+                .iter()
+                .map(|v| v.get("alpn").and_then(Value::as_str).unwrap_or("none"))
+                .collect();
+            if alpns.iter().any(|a| *a != "h3") {
+                return Err(format!("the client spoke {alpns:?}, not h3"));
+            }
+            require(
+                &mut d,
+                "client",
+                r.client(&["connections"]),
+                |n| n == 1,
+                "connections",
+            )?;
+            let files = spec(case).files.len() as u64;
+            require(
+                &mut d,
+                "server",
+                r.server(&["http3", "responses"]),
+                |n| n == files,
+                "HTTP/3 responses",
             )?;
         }
         "retry" => {
