@@ -10,7 +10,8 @@
 //!   sockets), one 1 MiB response each.
 //!
 //! Each runs in I/O mode `batched` and `single`, pacing on; Download, Upload and 100-conn also with
-//! pacing off (`batched-unpaced`, `single-unpaced`). One server per benchmark function. After
+//! pacing off (`batched-unpaced`, `single-unpaced`); Download and RPS also over HTTP/3
+//! (`batched-h3`: the same requests with ALPN `h3`, beside `hq-interop`). One server per benchmark function. After
 //! each, a line gives the mean datagrams per syscall of both sides in both directions, the
 //! kernel drops, lost packets, and the process CPU time per MiB, request or connection.
 //!
@@ -20,11 +21,10 @@
 
 use std::time::Duration;
 
-use benches::transfer::{Fixture, Scenario, TCP_TLS, TcpTlsFixture, Unit, label};
+use benches::transfer::{Fixture, Scenario, TCP_TLS, TcpTlsFixture, Unit};
 use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
-use neqo_udp::IoMode;
 
 fn transfer(c: &mut Criterion) {
     // As in the binaries: warnings to stderr, and quinn-proto's spans filtered out at their
@@ -46,23 +46,16 @@ fn transfer(c: &mut Criterion) {
             Scenario::Download | Scenario::Upload | Scenario::ManyConn => 10,
             Scenario::Rps | Scenario::Hps => 5,
         }));
-        let mut variants = vec![(IoMode::Batched, true), (IoMode::Single, true)];
-        if scenario.has_unpaced_variant() {
-            variants.extend([(IoMode::Batched, false), (IoMode::Single, false)]);
-        }
-        for (mode, pacing) in variants {
-            let mut fixture = Fixture::start(scenario, workload, mode, pacing)
+        for variant in scenario.variants() {
+            let mut fixture = Fixture::start(scenario, workload, variant)
                 .unwrap_or_else(|e| panic!("starting the server: {e:#}"));
-            group.bench_function(
-                BenchmarkId::new(scenario.name(), label(mode, pacing)),
-                |b| {
-                    b.iter_custom(|iters| {
-                        (0..iters)
-                            .map(|_| fixture.run().unwrap_or_else(|e| panic!("{e}")))
-                            .sum()
-                    });
-                },
-            );
+            group.bench_function(BenchmarkId::new(scenario.name(), variant.label()), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| fixture.run().unwrap_or_else(|e| panic!("{e}")))
+                        .sum()
+                });
+            });
             let summary = fixture
                 .finish()
                 .unwrap_or_else(|e| panic!("the server failed: {e:#}"));

@@ -14,7 +14,7 @@ use std::{
 use neqo_bin::{
     client::{self, ClientConfig, ClientReport},
     server::{ServerConfig, ServerHandle, ServerReport},
-    tls::{ALPN_HQ, ALPN_PERF, Trust},
+    tls::{ALPN_H3, ALPN_HQ, ALPN_PERF, Trust},
 };
 use neqo_udp::{IoMode, Stats};
 
@@ -87,6 +87,33 @@ impl Scenario {
     #[must_use]
     pub const fn has_unpaced_variant(self) -> bool {
         matches!(self, Self::Download | Self::Upload | Self::ManyConn)
+    }
+
+    /// Whether the benchmark also runs over HTTP/3: what it adds per byte (Download) and
+    /// per request (RPS) beside `hq-interop`.
+    #[must_use]
+    pub const fn has_h3_variant(self) -> bool {
+        matches!(self, Self::Download | Self::Rps)
+    }
+
+    /// The benchmark functions of this scenario: both I/O modes paced; unpaced and HTTP/3
+    /// where it has those variants.
+    #[must_use]
+    pub fn variants(self) -> Vec<Variant> {
+        let mut v = vec![
+            Variant::new(IoMode::Batched, true),
+            Variant::new(IoMode::Single, true),
+        ];
+        if self.has_unpaced_variant() {
+            v.extend([
+                Variant::new(IoMode::Batched, false),
+                Variant::new(IoMode::Single, false),
+            ]);
+        }
+        if self.has_h3_variant() {
+            v.push(Variant::h3(IoMode::Batched, true));
+        }
+        v
     }
 
     /// The workload the benchmark names.
@@ -164,13 +191,7 @@ impl Scenario {
 
     /// The client config of one run against `server`.
     #[must_use]
-    pub fn client_config(
-        self,
-        server: &ServerHandle,
-        w: Workload,
-        mode: IoMode,
-        pacing: bool,
-    ) -> ClientConfig {
+    pub fn client_config(self, server: &ServerHandle, w: Workload, v: Variant) -> ClientConfig {
         let path = match self {
             Self::Upload => "/".to_owned(),
             _ => format!("/{}", w.bytes),
@@ -183,12 +204,14 @@ impl Scenario {
         c.concurrency = w.concurrency;
         c.sockets = w.concurrency.min(16);
         c.parallel = w.requests > 1;
-        c.socket = neqo_udp::Config::default().with_mode(mode);
-        c.pacing = pacing;
+        c.socket = neqo_udp::Config::default().with_mode(v.mode);
+        c.pacing = v.pacing;
         if self == Self::Upload {
             c.alpn = ALPN_PERF.to_owned();
             c.upload = w.bytes;
             c.download = 0;
+        } else if v.h3 {
+            c.alpn = ALPN_H3.to_owned();
         } else {
             c.alpn = ALPN_HQ.to_owned();
         }
@@ -221,13 +244,55 @@ impl Scenario {
     }
 }
 
+/// How one benchmark function runs its scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    pub mode: IoMode,
+    pub pacing: bool,
+    /// HTTP/3 (`h3`) rather than `hq-interop`, for the scenarios that request bodies.
+    pub h3: bool,
+}
+
+impl Variant {
+    #[must_use]
+    pub const fn new(mode: IoMode, pacing: bool) -> Self {
+        Self {
+            mode,
+            pacing,
+            h3: false,
+        }
+    }
+
+    #[must_use]
+    pub const fn h3(mode: IoMode, pacing: bool) -> Self {
+        Self {
+            mode,
+            pacing,
+            h3: true,
+        }
+    }
+
+    /// The benchmark's parameter: the I/O mode, with `-unpaced` when pacing is off and
+    /// `-h3` over HTTP/3: `batched`, `single-unpaced`, `batched-h3`, ...
+    #[must_use]
+    pub fn label(self) -> String {
+        let mut s = self.mode.to_string();
+        if !self.pacing {
+            s.push_str("-unpaced");
+        }
+        if self.h3 {
+            s.push_str("-h3");
+        }
+        s
+    }
+}
+
 /// A server for one benchmark function and the counters of the client runs against it.
 #[derive(Debug)]
 pub struct Fixture {
     scenario: Scenario,
     workload: Workload,
-    mode: IoMode,
-    pacing: bool,
+    variant: Variant,
     server: ServerHandle,
     client: Stats,
     client_lost: u64,
@@ -241,8 +306,7 @@ pub struct Fixture {
 pub struct Summary {
     pub scenario: Scenario,
     pub workload: Workload,
-    pub mode: IoMode,
-    pub pacing: bool,
+    pub variant: Variant,
     /// Client runs.
     pub runs: u64,
     /// The client's socket counters, all runs added up.
@@ -258,27 +322,26 @@ pub struct Summary {
 }
 
 impl Fixture {
-    /// Starts the server for `scenario` in I/O mode `mode` with pacing `pacing`.
+    /// Starts the server for `scenario` as `variant` runs it.
     ///
     /// # Errors
     /// When the server cannot start.
-    pub fn start(
-        scenario: Scenario,
-        workload: Workload,
-        mode: IoMode,
-        pacing: bool,
-    ) -> anyhow::Result<Self> {
+    pub fn start(scenario: Scenario, workload: Workload, variant: Variant) -> anyhow::Result<Self> {
         let server = ServerHandle::start(ServerConfig {
             listen: vec!["127.0.0.1:0".parse()?],
-            socket: neqo_udp::Config::default().with_mode(mode),
-            pacing,
+            socket: neqo_udp::Config::default().with_mode(variant.mode),
+            pacing: variant.pacing,
+            alpns: if variant.h3 {
+                vec![ALPN_H3.to_owned()]
+            } else {
+                ServerConfig::default().alpns
+            },
             ..ServerConfig::default()
         })?;
         Ok(Self {
             scenario,
             workload,
-            mode,
-            pacing,
+            variant,
             server,
             client: Stats::default(),
             client_lost: 0,
@@ -288,10 +351,10 @@ impl Fixture {
         })
     }
 
-    /// The benchmark's parameter: the I/O mode, with `-unpaced` when pacing is off.
+    /// The benchmark's parameter ([`Variant::label`]).
     #[must_use]
     pub fn label(&self) -> String {
-        label(self.mode, self.pacing)
+        self.variant.label()
     }
 
     /// One client run, checked; returns its wall time.
@@ -299,9 +362,9 @@ impl Fixture {
     /// # Errors
     /// A failed or incomplete run.
     pub fn run(&mut self) -> Result<Duration, String> {
-        let config =
-            self.scenario
-                .client_config(&self.server, self.workload, self.mode, self.pacing);
+        let config = self
+            .scenario
+            .client_config(&self.server, self.workload, self.variant);
         let cpu0 = cpu::process_time();
         let t0 = Instant::now();
         let report = client::run(config).map_err(|e| format!("{}: {e:#}", self.scenario.name()))?;
@@ -324,8 +387,7 @@ impl Fixture {
         Ok(Summary {
             scenario: self.scenario,
             workload: self.workload,
-            mode: self.mode,
-            pacing: self.pacing,
+            variant: self.variant,
             runs: self.runs,
             client: self.client,
             lost_packets: self.client_lost + server.lost_packets,
@@ -415,16 +477,6 @@ impl TcpTlsFixture {
     }
 }
 
-/// The benchmark parameter for an I/O mode and pacing: `batched`, `single-unpaced`, ...
-#[must_use]
-pub fn label(mode: IoMode, pacing: bool) -> String {
-    if pacing {
-        mode.to_string()
-    } else {
-        format!("{mode}-unpaced")
-    }
-}
-
 impl Summary {
     /// CPU time per unit of work, both sides together: per MiB for transfers, per request
     /// (RPS) or per connection (HPS).
@@ -449,7 +501,7 @@ impl Summary {
         let mut out = format!(
             "transfer/{}/{}: {} runs; datagrams/syscall: server tx {:.1} rx {:.1}, client tx {:.1} rx {:.1}; kernel drops: server {} client {}; lost packets {}; {}",
             self.scenario.name(),
-            label(self.mode, self.pacing),
+            self.variant.label(),
             self.runs,
             s.tx.datagrams_per_syscall(),
             s.rx.datagrams_per_syscall(),
@@ -481,8 +533,9 @@ mod tests {
             for mode in [IoMode::Batched, IoMode::Single] {
                 let pacing = !(scenario.has_unpaced_variant() && mode == IoMode::Single);
                 let w = scenario.small();
-                let mut f = Fixture::start(scenario, w, mode, pacing).unwrap();
-                assert_eq!(f.label(), label(mode, pacing));
+                let v = Variant::new(mode, pacing);
+                let mut f = Fixture::start(scenario, w, v).unwrap();
+                assert_eq!(f.label(), v.label());
                 f.run().unwrap();
                 f.run().unwrap();
                 let s = f.finish().unwrap();
@@ -512,6 +565,23 @@ mod tests {
                     assert!((s.server.socket.tx.datagrams_per_syscall() - 1.0).abs() < 1e-9);
                 }
             }
+        }
+    }
+
+    /// The HTTP/3 variants run over h3 (the server's HTTP/3 counters say so) and move what
+    /// the `hq-interop` ones do.
+    #[test]
+    fn the_h3_variants_run_over_http3() {
+        for scenario in Scenario::ALL.into_iter().filter(|s| s.has_h3_variant()) {
+            let w = scenario.small();
+            let mut f = Fixture::start(scenario, w, Variant::h3(IoMode::Batched, true)).unwrap();
+            f.run().unwrap();
+            let s = f.finish().unwrap();
+            let requests = (w.requests * w.connections) as u64;
+            assert_eq!(s.server.http3.responses, requests, "{}", scenario.name());
+            assert_eq!(s.server.http3.body_bytes, w.bytes * requests);
+            assert_eq!(s.server.bytes_sent, w.bytes * requests);
+            assert!(s.line().contains("/batched-h3: 1 runs"), "{}", s.line());
         }
     }
 
@@ -555,6 +625,13 @@ mod tests {
             Scenario::Upload.unit(Scenario::Upload.full()),
             Unit::Bytes(MIB_100)
         );
-        assert_eq!(label(IoMode::Batched, false), "batched-unpaced");
+        assert_eq!(
+            Variant::new(IoMode::Batched, false).label(),
+            "batched-unpaced"
+        );
+        assert_eq!(Variant::h3(IoMode::Batched, true).label(), "batched-h3");
+        assert_eq!(Scenario::Download.variants().len(), 5);
+        assert_eq!(Scenario::Rps.variants().len(), 3);
+        assert_eq!(Scenario::Hps.variants().len(), 2);
     }
 }

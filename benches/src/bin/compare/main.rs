@@ -48,6 +48,9 @@ enum Pair {
         io: &'static str,
         /// Pacing of the neqo side(s).
         pacing: bool,
+        /// HTTP/3 (ALPN `h3`) rather than `hq-interop`: neqo on both sides only (the msquic
+        /// peer speaks no HTTP/3).
+        h3: bool,
     },
     /// `tcp-tls client` against `tcp-tls server`.
     TcpTls,
@@ -65,8 +68,19 @@ const fn quic(client: Impl, server: Impl, io: &'static str, pacing: bool) -> Pai
         server,
         io,
         pacing,
+        h3: false,
     }
 }
+
+/// neqo <-> neqo over HTTP/3, batched and paced: the reference's transfer with what HTTP/3
+/// adds.
+const NEQO_H3: Pair = Pair::Quic {
+    client: Impl::Neqo,
+    server: Impl::Neqo,
+    io: "batched",
+    pacing: true,
+    h3: true,
+};
 
 impl Pair {
     /// The table's first four cells.
@@ -77,6 +91,7 @@ impl Pair {
                 server,
                 io,
                 pacing,
+                h3,
             } => {
                 let neqo_involved = client == Impl::Neqo || server == Impl::Neqo;
                 let (io, pacing) = if neqo_involved {
@@ -84,8 +99,9 @@ impl Pair {
                 } else {
                     ("-", "-")
                 };
+                let over = if h3 { " (h3)" } else { "" };
                 format!(
-                    "| {} | {} | {io} | {pacing} |",
+                    "| {}{over} | {}{over} | {io} | {pacing} |",
                     client.name(),
                     server.name()
                 )
@@ -102,11 +118,13 @@ impl Pair {
                 server,
                 io,
                 pacing,
+                h3,
             } => format!(
-                "{} -> {} ({io}, pacing {})",
+                "{} -> {} ({io}, pacing {}{})",
                 client.name(),
                 server.name(),
-                if pacing { "on" } else { "off" }
+                if pacing { "on" } else { "off" },
+                if h3 { ", HTTP/3" } else { "" }
             ),
             Self::TcpTls => format!("{TCP_TLS} -> {TCP_TLS}"),
         }
@@ -129,6 +147,7 @@ impl Pair {
                 server: Impl::Neqo,
                 io: "batched",
                 pacing: true,
+                h3: false,
             }
         )
     }
@@ -147,6 +166,7 @@ impl Pair {
 
 const PAIRS: &[Pair] = &[
     quic(Impl::Neqo, Impl::Neqo, "batched", true),
+    NEQO_H3,
     quic(Impl::Neqo, Impl::Neqo, "batched", false),
     quic(Impl::Neqo, Impl::Neqo, "single", true),
     quic(Impl::Neqo, Impl::Neqo, "single", false),
@@ -378,10 +398,14 @@ fn server_command(pair: &Pair, json: &Path) -> Command {
 
 fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
     let json = json.to_string_lossy().into_owned();
-    let (client, io, pacing) = match *pair {
+    let (client, io, pacing, h3) = match *pair {
         Pair::Quic {
-            client, io, pacing, ..
-        } => (client, io, pacing),
+            client,
+            io,
+            pacing,
+            h3,
+            ..
+        } => (client, io, pacing, h3),
         Pair::TcpTls => {
             let mut c = netns::command(release_binary("tcp-tls"));
             c.args(["client", url, "--insecure", "--json", &json]);
@@ -398,7 +422,7 @@ fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
                 url,
                 "--insecure",
                 "--alpn",
-                "hq-interop",
+                if h3 { "h3" } else { "hq-interop" },
                 "--io",
                 io,
                 "--json",
@@ -651,7 +675,7 @@ fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
     let opt =
         |v: &[f64], prec: usize| mean(v).map_or_else(|| "-".to_owned(), |m| format!("{m:.prec$}"));
     // CPU s/GB of both sides: neqo <-> neqo (batched, paced) and TCP+TLS.
-    let (mut neqo_cpu, mut tcp_cpu) = (None, None);
+    let (mut neqo_cpu, mut tcp_cpu, mut h3_cpu) = (None, None, None);
     for (_, pair, row) in &rows {
         if let Some(f) = &row.failure {
             failed += 1;
@@ -677,6 +701,8 @@ fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
             .collect();
         if pair.is_neqo_reference() {
             neqo_cpu = mean(&both);
+        } else if matches!(pair, Pair::Quic { h3: true, .. }) {
+            h3_cpu = mean(&both);
         } else if matches!(pair, Pair::TcpTls) {
             tcp_cpu = mean(&both);
         }
@@ -701,6 +727,15 @@ fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
             out,
             "\nneqo <-> neqo (batched, pacing on) uses {neqo:.2} CPU s/GB on both sides, TCP+TLS {tcp:.2}: {:.2}x TCP+TLS's CPU per byte.",
             neqo / tcp
+        );
+    }
+    if let (Some(neqo), Some(h3)) = (neqo_cpu, h3_cpu)
+        && neqo > 0.0
+    {
+        let _ = writeln!(
+            out,
+            "Over HTTP/3 the same transfer uses {h3:.2} CPU s/GB on both sides: {:.2}x hq-interop's.",
+            h3 / neqo
         );
     }
     if !skipped.is_empty() {
@@ -735,6 +770,14 @@ mod tests {
             "| tcp+tls | tcp+tls | kernel TCP | - |"
         );
         assert!(!Pair::TcpTls.uses(Impl::Neqo) && !Pair::TcpTls.neqo_server());
+        assert_eq!(NEQO_H3.label(), "| neqo (h3) | neqo (h3) | batched | on |");
+        assert_eq!(
+            PAIRS
+                .iter()
+                .filter(|p| matches!(p, Pair::Quic { h3: true, .. }))
+                .count(),
+            1
+        );
     }
 
     #[test]
