@@ -7,7 +7,8 @@
 //!   `<!-- figure: NAME -->` ... `<!-- /figure -->` in README.md and docs/*.md, each followed
 //!   by the command, commit and date it came from.
 //! - `figures check` fails when a block differs from its record, or names no known figure
-//!   (CI runs it: a table edited by hand, or a record without its render, shows).
+//!   (a table edited by hand, or a record without its render, shows). The workspace's tests
+//!   run the same check.
 //! - `figures list`: the figures and their commands.
 //!
 //! Run from the workspace root: `cargo run --release -p benches --bin figures -- refresh`.
@@ -394,6 +395,22 @@ mod tests {
         assert_eq!(date(951_782_400), "2000-02-29");
         assert_eq!(date(1_795_564_800), "2026-11-25");
         assert_eq!(date(1_795_564_800 + 86_399), "2026-11-25");
+    }
+
+    /// `figures check` as a test, so that the workspace's test command covers the docs.
+    #[test]
+    fn every_block_matches_its_record() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("benches sits in the workspace");
+        // The paths are the workspace root's, as when the tool runs; no test here
+        // depends on another directory.
+        std::env::set_current_dir(root).expect("the workspace root");
+        let differ = render(true).expect("every block names a recorded figure");
+        assert!(
+            differ.is_empty(),
+            "blocks differ from their records in {differ:?}: run `figures render`"
+        );
     }
 
     #[test]
