@@ -410,6 +410,9 @@ fn bad_settings_are_refused_at_start() {
         (&["--server-id", "000000000000000000000000"], "--server-id"),
         (&["--cid-lifetime", "0"], "--cid-lifetime"),
         (&["--cid-lifetime", "NaN"], "--cid-lifetime"),
+        (&["--drain-timeout", "-1"], "--drain-timeout"),
+        (&["--drain-timeout", "601"], "--drain-timeout"),
+        (&["--drain-timeout", "inf"], "--drain-timeout"),
     ];
     let client_only: &[(&[&str], &str)] = &[
         (&["--connections", "0"], "--connections"),

@@ -10,8 +10,8 @@ use super::{
 };
 use crate::{
     server::{
-        Budget, Limits, MAX_WORKERS, RetryPolicy, Server, ServerConfig, ServerId, ServerKeys,
-        Steering,
+        Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, RetryPolicy, Server,
+        ServerConfig, ServerId, ServerKeys, Steering,
     },
     tls::{ALPN_HQ, ALPN_PERF, Identity},
 };
@@ -91,6 +91,11 @@ pub struct ServerArgs {
     /// in the clear, so that a QUIC-LB load balancer routes the connection to this server.
     #[arg(long)]
     pub server_id: Option<String>,
+    /// At shutdown (SIGINT, SIGTERM), HTTP/3 connections send GOAWAY and finish the requests
+    /// they accepted for at most this many seconds (0 to 600; 0: close every connection at
+    /// once), then everything is closed.
+    #[arg(long, allow_negative_numbers = true)]
+    pub drain_timeout: Option<f64>,
     /// Retire each connection ID and give the client a new one after this many seconds
     /// (0.1 to 86400; default: never).
     #[arg(long, allow_negative_numbers = true)]
@@ -293,6 +298,10 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         server_id: args.server_id()?,
         cid_lifetime: args.cid_lifetime()?,
         metrics: args.metrics,
+        drain_timeout: match args.drain_timeout {
+            Some(secs) => check_seconds("--drain-timeout", secs, 0.0, MAX_DRAIN_TIMEOUT)?,
+            None => DRAIN_TIMEOUT,
+        },
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -2,7 +2,7 @@
 
 use std::{sync::Arc, task::Context, task::Poll, time::Instant};
 
-use quinn_proto::{Connection, ConnectionHandle, Event, Incoming, ServerConfig};
+use quinn_proto::{Connection, ConnectionHandle, Event, Incoming, ServerConfig, VarInt};
 
 use super::Driver;
 
@@ -51,5 +51,25 @@ pub trait Application {
     /// Whether the driver may return (once everything queued is sent).
     fn done(&self) -> bool {
         false
+    }
+
+    /// The driver is shutting down and has a drain period ([`Driver::set_drain`]): the
+    /// application tells its peers so where its protocol can (HTTP/3's GOAWAY) and returns
+    /// whether it has work under way worth letting finish. If so, the driver refuses new
+    /// connections and serves the open ones until [`settled`](Self::settled) or the period
+    /// ends; then (or at once) it closes every connection.
+    fn shutdown(&mut self, _driver: &mut Driver, _now: Instant) -> bool {
+        false
+    }
+
+    /// After [`shutdown`](Self::shutdown) returned `true`: whether the work it let finish is
+    /// done (checked after every turn).
+    fn settled(&self) -> bool {
+        true
+    }
+
+    /// The application error code and reason a shutdown closes connection `ch` with.
+    fn close_reason(&self, _ch: ConnectionHandle) -> (VarInt, &'static [u8]) {
+        (VarInt::from_u32(0), b"shutdown")
     }
 }

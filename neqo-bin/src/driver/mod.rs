@@ -105,6 +105,12 @@ pub struct Driver {
     /// Set by [`close_all`](Driver::close_all): until when the driver waits for the closed
     /// connections to drain.
     closing: Option<Instant>,
+    /// How long a shutdown lets the application finish what is under way
+    /// ([`set_drain`](Driver::set_drain)).
+    drain: Duration,
+    /// Set by a shutdown the application drains first: when the driver closes everything
+    /// anyway.
+    draining: Option<Instant>,
 }
 
 fn sockets_as_datapaths(sockets: Vec<Socket>) -> Vec<Box<dyn Datapath>> {
@@ -204,7 +210,53 @@ impl Driver {
             },
             rx: Vec::new(),
             closing: None,
+            drain: Duration::ZERO,
+            draining: None,
         }
+    }
+
+    /// How long a shutdown may let the application finish work under way
+    /// ([`Application::shutdown`]); zero (the default) closes every connection at once.
+    pub const fn set_drain(&mut self, drain: Duration) {
+        self.drain = drain;
+    }
+
+    /// Whether new connections are refused: the driver is draining or closing.
+    pub(crate) const fn shutting_down(&self) -> bool {
+        self.closing.is_some() || self.draining.is_some()
+    }
+
+    /// Starts a shutdown: with a drain period and an application with work worth finishing
+    /// ([`Application::shutdown`]), new connections are refused and the open ones served
+    /// until the application is [settled](Application::settled) or the period ends; then,
+    /// or at once, [`close_all`](Self::close_all).
+    ///
+    /// # Errors
+    /// A socket error other than `WouldBlock`.
+    pub fn shut_down<A: Application>(&mut self, app: &mut A, now: Instant) -> io::Result<()> {
+        if self.shutting_down() {
+            return Ok(());
+        }
+        if !self.drain.is_zero() && app.shutdown(self, now) {
+            self.draining = Some(now + self.drain);
+            return Ok(());
+        }
+        self.close_all(app, now)
+    }
+
+    /// While draining: closes every connection once the application is settled or the
+    /// drain period is over.
+    fn end_drain<A: Application>(&mut self, app: &mut A, now: Instant) -> io::Result<()> {
+        if self.closing.is_none()
+            && let Some(by) = self.draining
+            && (now >= by || app.settled())
+        {
+            if now >= by {
+                tracing::warn!("shutdown: the drain period ended with work under way");
+            }
+            self.close_all(app, now)?;
+        }
+        Ok(())
     }
 
     /// Sets the timer the pacer waits on (no effect with pacing off). `Precise` falls back to
@@ -343,6 +395,7 @@ impl Driver {
         let app_deadline = app.poll(self, now);
         self.process(app, now);
         self.transmit(now)?;
+        self.end_drain(app, now)?;
         let conns = &self.conns;
         let next = self.scheduler.next(|idx, g| conns.is_scheduled(idx, g));
         let deadline = match (next, app_deadline) {
@@ -365,6 +418,7 @@ impl Driver {
         };
         let deadline = self
             .closing
+            .or(self.draining)
             .map_or(deadline, |by| Some(deadline.map_or(by, |d| d.min(by))));
         Ok(Turn { deadline, done })
     }
@@ -381,8 +435,8 @@ impl Driver {
         let open: Vec<usize> = self.conns.iter().map(|(ch, _)| ch.0).collect();
         for idx in open {
             if let Some(c) = self.conns.get_mut(idx) {
-                c.conn
-                    .close(now, 0u32.into(), bytes::Bytes::from_static(b"shutdown"));
+                let (code, reason) = app.close_reason(ConnectionHandle(idx));
+                c.conn.close(now, code, bytes::Bytes::from_static(reason));
             }
             self.conns.touch(idx);
         }
@@ -415,7 +469,7 @@ impl Driver {
             match self.wait(app, turn.deadline, signal).await? {
                 Wake::Shutdown => {
                     shutdown = None;
-                    self.close_all(app, Instant::now())?;
+                    self.shut_down(app, Instant::now())?;
                 }
                 Wake::Io => self.counters.io_wakes += 1,
                 Wake::Timer => self.counters.timer_wakes += 1,

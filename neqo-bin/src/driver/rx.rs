@@ -60,7 +60,7 @@ impl Driver {
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
                 // A driver that is shutting down takes no new connections.
-                let admission = if self.closing.is_some() {
+                let admission = if self.shutting_down() {
                     Admission::Refuse
                 } else {
                     app.admit(self.conns.len(), &incoming, now)

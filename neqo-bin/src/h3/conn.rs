@@ -90,6 +90,12 @@ impl Engine {
         self.tasks.len()
     }
 
+    /// Finished streams whose data the peer has not all acknowledged.
+    #[must_use]
+    pub fn unacked(&self) -> usize {
+        self.mailbox.borrow().unacked()
+    }
+
     /// Streams the mailbox keeps.
     #[must_use]
     pub fn streams(&self) -> usize {

@@ -118,6 +118,8 @@ pub struct Mailbox {
     /// A close `h3` asked for, not yet carried.
     pub(super) close: Option<(u64, Bytes)>,
     pub(super) ended: Option<ConnectionErrorIncoming>,
+    /// Streams finished whose data the peer has not all acknowledged yet.
+    pub(super) unacked: HashSet<StreamId>,
 }
 
 impl std::fmt::Debug for Mailbox {
@@ -153,6 +155,13 @@ impl Mailbox {
         self.ended.is_some()
     }
 
+    /// Streams finished whose data the peer has not all acknowledged: a response that
+    /// `h3` has handed over whole may still be lost with the connection until then.
+    #[must_use]
+    pub fn unacked(&self) -> usize {
+        self.unacked.len()
+    }
+
     /// Takes in a connection event.
     pub fn on_event(&mut self, conn: &mut Connection, event: &Event) {
         match event {
@@ -177,6 +186,7 @@ impl Mailbox {
                 // carrying the peer's code. quinn-proto leaves that to the application, and
                 // frees the stream (and gives its credit back) only once the reset is acked.
                 let _ = conn.send_stream(*id).reset(*error_code);
+                self.unacked.remove(id);
                 if let Some(s) = self.streams.get_mut(id) {
                     s.stopped = Some(error_code.into_inner());
                     s.writing = None;
@@ -184,6 +194,9 @@ impl Mailbox {
                     s.wake();
                     self.dirty.insert(*id);
                 }
+            }
+            Event::Stream(StreamEvent::Finished { id }) => {
+                self.unacked.remove(id);
             }
             Event::Stream(StreamEvent::Available { .. }) => {
                 // Opening is retried in the pump.
@@ -197,6 +210,7 @@ impl Mailbox {
         if self.ended.is_none() {
             self.ended = Some(why);
         }
+        self.unacked.clear();
         for s in self.streams.values_mut() {
             s.wake();
         }
@@ -243,7 +257,9 @@ impl Mailbox {
             let Some(s) = self.streams.get_mut(&id) else {
                 continue;
             };
-            Self::send(conn, id, s);
+            if Self::send(conn, id, s) {
+                self.unacked.insert(id);
+            }
             Self::receive(conn, id, s);
             if s.recv_done && s.send_done && s.handles == 0 {
                 self.streams.remove(&id);
@@ -274,9 +290,10 @@ impl Mailbox {
         }
     }
 
-    fn send(conn: &mut Connection, id: StreamId, s: &mut Stream) {
+    /// Carries `h3`'s writes on `id`; returns whether it finished the stream now.
+    fn send(conn: &mut Connection, id: StreamId, s: &mut Stream) -> bool {
         if s.send_done {
-            return;
+            return false;
         }
         let mut out = conn.send_stream(id);
         if let Some(c) = s.reset.take() {
@@ -284,9 +301,10 @@ impl Mailbox {
             s.writing = None;
             s.send_done = true;
             s.wake();
-            return;
+            return false;
         }
         let mut stopped = None;
+        let mut finished = false;
         if let Some(w) = &mut s.writing {
             while w.has_remaining() {
                 match out.write(w.chunk()) {
@@ -312,6 +330,7 @@ impl Mailbox {
         if stopped.is_none() && s.writing.is_none() && s.finish {
             match out.finish() {
                 Ok(()) | Err(FinishError::ClosedStream) => {
+                    finished = true;
                     s.send_done = true;
                     if let Some(waker) = s.send_waker.take() {
                         waker.wake();
@@ -330,6 +349,7 @@ impl Mailbox {
                 waker.wake();
             }
         }
+        finished
     }
 
     fn receive(conn: &mut Connection, id: StreamId, s: &mut Stream) {

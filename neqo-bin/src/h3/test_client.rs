@@ -159,6 +159,8 @@ pub struct Client {
     requests: Vec<(String, String)>,
     /// How the first `cancelled.1` requests are cancelled.
     cancelled: Option<(Cancel, usize)>,
+    /// Leave the connection open once every request is answered, for the server to close.
+    stay_open: bool,
     ch: Option<ConnectionHandle>,
     pub engine: Engine,
     /// Each request's answer, or its error.
@@ -183,6 +185,7 @@ impl Client {
                 .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
                 .collect(),
             cancelled: None,
+            stay_open: false,
             ch: None,
             engine: Engine::new(),
             got: Rc::default(),
@@ -197,6 +200,14 @@ impl Client {
     #[must_use]
     pub const fn cancelling(mut self, how: Cancel, n: usize) -> Self {
         self.cancelled = Some((how, n));
+        self
+    }
+
+    /// Leaves the connection open once every request is answered, for the server to close,
+    /// and makes one more request (`GET /late`) after the last one's answer.
+    #[must_use]
+    pub const fn staying_open(mut self) -> Self {
+        self.stay_open = true;
         self
     }
 
@@ -231,7 +242,7 @@ impl Application for Client {
             );
             let (t, spawner) = (self.engine.transport(), self.engine.spawner());
             let (requests, got) = (self.requests.clone(), Rc::clone(&self.got));
-            let cancelled = self.cancelled;
+            let (cancelled, stay_open) = (self.cancelled, self.stay_open);
             self.engine.spawner().spawn(async move {
                 let (mut conn, send) = match h3::client::new(t).await {
                     Ok(c) => c,
@@ -240,24 +251,36 @@ impl Application for Client {
                         return;
                     }
                 };
+                // `h3` closes the connection once its last request sender is dropped: one
+                // kept keeps it open for the server to close.
+                let keep = stay_open.then(|| send.clone());
+                let last = requests.len().saturating_sub(1);
                 for (i, (method, path)) in requests.into_iter().enumerate() {
                     let (send, got) = (send.clone(), Rc::clone(&got));
                     let cancel = cancelled.and_then(|(how, n)| (i < n).then_some(how));
+                    let late = (stay_open && i == last).then(|| send.clone());
                     spawner.spawn(async move {
                         let r = request(send, method, path, cancel)
                             .await
                             .map_err(|e| e.to_string());
                         got.borrow_mut().push(r);
+                        if let Some(late) = late {
+                            let r = request(late, "GET".into(), "/late".into(), None)
+                                .await
+                                .map_err(|e| e.to_string());
+                            got.borrow_mut().push(r);
+                        }
                     });
                 }
                 drop(send);
                 let _ = std::future::poll_fn(|cx| conn.poll_close(cx)).await;
+                drop(keep);
             });
         }
         let ch = self.ch?;
         let engine = &mut self.engine;
         driver.update(ch, |c| engine.drive(c, now));
-        if !self.closed && self.got.borrow().len() >= self.requests.len() {
+        if !self.closed && !self.stay_open && self.got.borrow().len() >= self.requests.len() {
             self.closed = true;
             driver.update(ch, |c| {
                 c.close(now, 0x100u32.into(), Bytes::from_static(b"done"));

@@ -9,7 +9,7 @@ use std::{
     time::Instant,
 };
 
-use quinn_proto::{Connection, ConnectionHandle, Event, Incoming, StreamEvent};
+use quinn_proto::{Connection, ConnectionHandle, Event, Incoming, StreamEvent, VarInt};
 
 use super::{
     ServerConfig, ServerReport,
@@ -234,5 +234,24 @@ impl Application for ServerApp {
             return Poll::Ready(());
         }
         self.requests.poll_files(cx)
+    }
+
+    /// HTTP/3 connections send GOAWAY and finish the requests they accepted; `hq-interop`
+    /// and `perf` have no way to say the server is going, and are closed with the rest.
+    fn shutdown(&mut self, _driver: &mut Driver, _now: Instant) -> bool {
+        self.http3.shut_down()
+    }
+
+    fn settled(&self) -> bool {
+        self.http3.settled()
+    }
+
+    fn close_reason(&self, ch: ConnectionHandle) -> (VarInt, &'static [u8]) {
+        let code = if self.http3.serves(ch) {
+            h3::error::Code::H3_NO_ERROR.value()
+        } else {
+            0
+        };
+        (VarInt::from_u64(code).unwrap_or(VarInt::MAX), b"shutdown")
     }
 }

@@ -3,14 +3,20 @@
 //! (N generated pattern bytes) or of a file under the root, under the same naming rules as
 //! `hq-interop` ([`hq::target`], [`hq::open`]); files are read off the driver thread, one
 //! chunk in flight per request, so a slow reader holds the file back through flow control.
+//!
+//! At shutdown each connection sends GOAWAY (RFC 9114 section 5.2) naming the first request
+//! it will not process: the requests accepted before it finish, later ones are rejected
+//! (`H3_REQUEST_REJECTED`), and the driver closes with `H3_NO_ERROR` once every response is
+//! acknowledged or its drain period ends.
 
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     collections::HashMap,
+    future::poll_fn,
     path::Path,
     rc::Rc,
     sync::Arc,
-    task::{Context, Poll},
+    task::{Context, Poll, Waker},
     time::Instant,
 };
 
@@ -48,6 +54,9 @@ pub struct Http3Counters {
     /// Requests that ended without a whole response: cancelled by the client, or a stream
     /// or connection error.
     pub cancelled: u64,
+    /// Requests refused unprocessed after the server's GOAWAY (`H3_REQUEST_REJECTED`): the
+    /// client may retry them elsewhere.
+    pub rejected: u64,
 }
 
 impl Http3Counters {
@@ -57,10 +66,72 @@ impl Http3Counters {
         self.body_bytes += other.body_bytes;
         self.error_statuses += other.error_statuses;
         self.cancelled += other.cancelled;
+        self.rejected += other.rejected;
     }
 }
 
 type Counters = Rc<RefCell<Http3Counters>>;
+
+/// A worker's shutdown as its HTTP/3 tasks see it, and what it waits for.
+#[derive(Debug, Default)]
+struct Shutdown {
+    started: Cell<bool>,
+    /// The connections' tasks waiting for it.
+    waiting: RefCell<Vec<Waker>>,
+    /// Connections serving requests that have not sent their GOAWAY.
+    unannounced: Cell<usize>,
+    /// Requests being answered.
+    requests: Cell<usize>,
+}
+
+impl Shutdown {
+    fn start(&self) {
+        self.started.set(true);
+        for w in self.waiting.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+
+    async fn started(&self) {
+        poll_fn(|cx| {
+            if self.started.get() {
+                return Poll::Ready(());
+            }
+            self.waiting.borrow_mut().push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+    }
+
+    /// Every connection has sent GOAWAY and every request it let finish is answered.
+    fn settled(&self) -> bool {
+        self.started.get() && self.unannounced.get() == 0 && self.requests.get() == 0
+    }
+}
+
+/// Counts one in a [`Shutdown`] counter while it lives (a dropped task counts out too).
+struct Counted {
+    shutdown: Rc<Shutdown>,
+    counter: fn(&Shutdown) -> &Cell<usize>,
+}
+
+impl Counted {
+    fn new(shutdown: &Rc<Shutdown>, counter: fn(&Shutdown) -> &Cell<usize>) -> Self {
+        let c = counter(shutdown);
+        c.set(c.get() + 1);
+        Self {
+            shutdown: Rc::clone(shutdown),
+            counter,
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let c = (self.counter)(&self.shutdown);
+        c.set(c.get() - 1);
+    }
+}
 
 /// The HTTP/3 connections of one worker.
 #[derive(Debug)]
@@ -73,6 +144,7 @@ pub(super) struct Http3 {
     /// Connections whose engine stopped at its round limit with work left.
     again: Vec<ConnectionHandle>,
     counters: Counters,
+    shutdown: Rc<Shutdown>,
 }
 
 impl Http3 {
@@ -85,7 +157,23 @@ impl Http3 {
             again: Vec::new(),
             counters: Counters::default(),
             reported: Http3Counters::default(),
+            shutdown: Rc::default(),
         }
+    }
+
+    /// The server shuts down: every connection sends GOAWAY. Returns whether there are
+    /// connections to let finish.
+    pub(super) fn shut_down(&mut self) -> bool {
+        self.shutdown.start();
+        !self.conns.is_empty()
+    }
+
+    /// After [`shut_down`](Self::shut_down): every connection has announced it and answered
+    /// the requests it let finish.
+    pub(super) fn settled(&self) -> bool {
+        // A response handed over whole is lost with the connection until the client has
+        // acknowledged it.
+        self.shutdown.settled() && self.conns.values().all(|e| e.unacked() == 0)
     }
 
     /// Whether `ch` is one of its connections.
@@ -102,6 +190,7 @@ impl Http3 {
             spawner.clone(),
             self.root.clone(),
             Rc::clone(&self.counters),
+            Rc::clone(&self.shutdown),
         ));
         engine.drive(conn, now);
         self.conns.insert(ch, engine);
@@ -169,12 +258,13 @@ impl Http3 {
     }
 }
 
-/// A connection: `h3`'s server side, a task per request.
+/// A connection: `h3`'s server side, a task per request; at shutdown, its GOAWAY.
 async fn serve(
     transport: H3Connection,
     spawner: Spawner,
     root: Option<Arc<Path>>,
     counters: Counters,
+    shutdown: Rc<Shutdown>,
 ) {
     let built = h3::server::builder()
         .max_field_section_size(MAX_FIELD_SECTION)
@@ -183,13 +273,49 @@ async fn serve(
     let Ok(mut conn) = built else {
         return;
     };
-    while let Ok(Some(resolver)) = conn.accept().await {
-        let (root, counters) = (root.clone(), Rc::clone(&counters));
+    let mut unannounced = Some(Counted::new(&shutdown, |s| &s.unannounced));
+    // Requests accepted: quinn-proto hands `h3` the client's bidirectional streams in order
+    // (IDs 0, 4, 8, ...), so the next one's ID is four times this.
+    let mut accepted_requests = 0u64;
+    // The GOAWAY's ID once sent: the first request not processed.
+    let goaway: Rc<Cell<Option<u64>>> = Rc::default();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = shutdown.started(), if unannounced.is_some() => {
+                // `h3` announces the stream after its last accepted (it adds the count
+                // given) but would still accept that one: those are refused below.
+                goaway.set(Some(4 * accepted_requests));
+                let _ = conn.shutdown(1).await;
+                unannounced = None;
+                continue;
+            }
+            accepted = conn.accept() => accepted,
+        };
+        let Ok(Some(resolver)) = accepted else {
+            break;
+        };
+        accepted_requests += 1;
+        let (root, counters, goaway) = (root.clone(), Rc::clone(&counters), Rc::clone(&goaway));
+        // Counted from its acceptance, before its task first runs.
+        let answering = Counted::new(&shutdown, |s| &s.requests);
         spawner.spawn(async move {
+            let _answering = answering;
             let Ok((request, mut stream)) = resolver.resolve_request().await else {
                 counters.borrow_mut().cancelled += 1;
                 return;
             };
+            // RFC 9114 section 5.2: a request at or beyond the GOAWAY's ID is not processed,
+            // so the client may retry it elsewhere.
+            if goaway
+                .get()
+                .is_some_and(|first| stream.id().into_inner() >= first)
+            {
+                counters.borrow_mut().rejected += 1;
+                stream.stop_sending(Code::H3_REQUEST_REJECTED);
+                stream.stop_stream(Code::H3_REQUEST_REJECTED);
+                return;
+            }
             match respond(&request, &mut stream, root.as_deref(), &counters).await {
                 Ok(true) => counters.borrow_mut().responses += 1,
                 Ok(false) => {}

@@ -214,6 +214,11 @@ fn register_worker(r: &mut Registry, report: &ServerReport) {
             "HTTP/3 requests that ended without a whole response",
             h3.cancelled,
         ),
+        (
+            "rejected",
+            "HTTP/3 requests refused unprocessed after the GOAWAY",
+            h3.rejected,
+        ),
     ] {
         http3.register(name, help, counter(v));
     }

@@ -111,7 +111,17 @@ pub struct ServerConfig {
     pub cid_lifetime: Option<Duration>,
     /// Serve the counters for Prometheus on this TCP address (`--metrics`).
     pub metrics: Option<SocketAddr>,
+    /// How long a shutdown lets HTTP/3 connections finish the requests they accepted after
+    /// their GOAWAY (`--drain-timeout`); zero closes every connection at once.
+    pub drain_timeout: Duration,
 }
+
+/// The default [`ServerConfig::drain_timeout`]: room for a response under way, short enough
+/// that a stop is not felt as a hang.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest `--drain-timeout` taken, in seconds.
+pub const MAX_DRAIN_TIMEOUT: f64 = 600.0;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -133,6 +143,7 @@ impl Default for ServerConfig {
             server_id: None,
             cid_lifetime: None,
             metrics: None,
+            drain_timeout: DRAIN_TIMEOUT,
         }
     }
 }

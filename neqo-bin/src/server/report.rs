@@ -139,8 +139,8 @@ impl ServerReport {
             return String::new();
         }
         format!(
-            ", HTTP/3 responses {} error statuses {} cancelled {} body {} B",
-            h.responses, h.error_statuses, h.cancelled, h.body_bytes
+            ", HTTP/3 responses {} error statuses {} cancelled {} rejected {} body {} B",
+            h.responses, h.error_statuses, h.cancelled, h.rejected, h.body_bytes
         )
     }
 

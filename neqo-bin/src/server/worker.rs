@@ -98,13 +98,14 @@ pub(super) fn parts(
     let endpoint = config
         .keys
         .endpoint_config(&shared.layout, index, config.cid_lifetime);
-    let driver = Driver::with_datapaths(
+    let mut driver = Driver::with_datapaths(
         datapaths,
         endpoint,
         Some(shared.server_config.clone()),
         config.pacing,
     )
     .with_pacing_timer(config.pacing_timer);
+    driver.set_drain(config.drain_timeout);
     let app = ServerApp::new(
         index,
         shared.root.clone(),

@@ -2,11 +2,15 @@
 //! media types, `/N`, `HEAD`, and the error statuses, every body byte-exact; requests the
 //! client cancels; the report counts them.
 
-use std::{path::PathBuf, sync::Arc, time::Instant};
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
-use quinn_proto::EndpointConfig;
+use quinn_proto::{ConnectionError, EndpointConfig, VarInt};
 
-use super::{ONE_WAY, SERVER, ServerConfig, TURNS, client, prepare, worker};
+use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
 use crate::{
     driver::{
         Driver,
@@ -42,8 +46,21 @@ impl Drop for Root {
 }
 
 /// Runs `c` against a worker built from `config` on the virtual network until the client
-/// is done (bounded); returns the worker's report and the client.
-fn exchange(config: ServerConfig, mut c: Client) -> (ServerReport, Client) {
+/// is done (bounded); returns the worker's report and the client, which must not have lost
+/// its connection.
+fn exchange(config: ServerConfig, c: Client) -> (ServerReport, Client) {
+    let (report, c) = exchange_with(config, c, |_, _, _| {});
+    assert_eq!(c.lost, None, "closed by the client");
+    (report, c)
+}
+
+/// As [`exchange`], calling `each_turn` with the server's driver and application after every
+/// turn; the connection may end either way.
+fn exchange_with(
+    config: ServerConfig,
+    mut c: Client,
+    mut each_turn: impl FnMut(&mut Driver, &mut ServerApp, Instant),
+) -> (ServerReport, Client) {
     let start = Instant::now();
     let net = Network::new(5, start).with_one_way(ONE_WAY);
     let (shared, _) = prepare(config).unwrap();
@@ -69,6 +86,7 @@ fn exchange(config: ServerConfig, mut c: Client) -> (ServerReport, Client) {
     let mut ended = false;
     for _ in 0..TURNS {
         let s = net.turn(&mut server, &mut app).unwrap();
+        each_turn(&mut server, &mut app, net.now());
         let t = net.turn(&mut client_driver, &mut c).unwrap();
         if t.done {
             ended = true;
@@ -94,7 +112,6 @@ fn exchange(config: ServerConfig, mut c: Client) -> (ServerReport, Client) {
         );
     }
     assert!(ended, "the client ended");
-    assert_eq!(c.lost, None, "closed by the client");
     (app.report, c)
 }
 
@@ -168,7 +185,7 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
     let summary = report.summary();
     assert!(
         summary.contains(&format!(
-            "requests 4 refused 4, sent {body_bytes} B, received 0 B, lost packets 0, HTTP/3 responses 4 error statuses 4 cancelled 0 body {body_bytes} B\n"
+            "requests 4 refused 4, sent {body_bytes} B, received 0 B, lost packets 0, HTTP/3 responses 4 error statuses 4 cancelled 0 rejected 0 body {body_bytes} B\n"
         )),
         "{summary}"
     );
@@ -254,4 +271,80 @@ fn requests_cancelled_with_reset_stream_free_their_streams() {
 #[test]
 fn requests_cancelled_both_ways_free_their_streams() {
     cancelled_requests_free_their_streams(Cancel::Both);
+}
+
+/// The server shuts down (its driver's `shut_down`, as SIGTERM does) once a 3 MB response is
+/// under way (handed to quinn-proto, which has not sent it all: the congestion window
+/// holds it back): what it does with a drain period of `drain`.
+fn shut_down_mid_response(drain: Duration) -> (ServerReport, Client) {
+    const LEN: &str = "/3000000";
+    let config = ServerConfig {
+        listen: vec![SERVER],
+        alpns: vec![ALPN_H3.into()],
+        drain_timeout: drain,
+        ..ServerConfig::default()
+    };
+    let c = Client::new(SERVER, test_client::config(), &[("GET", LEN)]).staying_open();
+    let mut shut = false;
+    let (report, c) = exchange_with(config, c, |server, app, now| {
+        if !shut && app.report.http3.body_bytes > 0 {
+            shut = true;
+            server.shut_down(app, now).unwrap();
+        }
+    });
+    assert!(shut, "the response started");
+    (report, c)
+}
+
+/// RFC 9114 section 5.2: a shutting-down server sends GOAWAY and lets the requests it has
+/// accepted finish: the response under way arrives whole, a later request is refused
+/// unprocessed (H3_REQUEST_REJECTED), and once the response is acknowledged the server
+/// closes the connection with H3_NO_ERROR.
+#[test]
+fn a_shutdown_lets_the_response_under_way_finish_then_closes_with_h3_no_error() {
+    let (report, c) = shut_down_mid_response(Duration::from_secs(2));
+    let got = c.got.borrow().clone();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        got[0],
+        Ok(Got::ok(
+            "GET",
+            "/3000000",
+            pattern_body(3_000_000),
+            Some("application/octet-stream")
+        ))
+    );
+    // Sent before the client read the GOAWAY (the virtual network's timing makes it so),
+    // with the ID the GOAWAY named: refused unprocessed, as RFC 9114 section 5.2 says.
+    // (`h3` alone would have served it: it accepts the ID it announces.)
+    assert_eq!(got[1], Err("Remote reset: H3_REQUEST_REJECTED".to_owned()));
+    match &c.lost {
+        Some(ConnectionError::ApplicationClosed(close)) => {
+            assert_eq!(close.error_code, VarInt::from_u32(0x100), "H3_NO_ERROR");
+            assert_eq!(&close.reason[..], b"shutdown");
+        }
+        other => panic!("closed by the server with H3_NO_ERROR, not {other:?}"),
+    }
+    let h = report.http3;
+    assert_eq!((h.responses, h.cancelled, h.rejected), (1, 0, 1), "{h:?}");
+}
+
+/// With no drain period the same shutdown closes at once: the response is cut short (the
+/// contrast that shows the drain is what lets it finish).
+#[test]
+fn a_shutdown_without_a_drain_period_closes_at_once() {
+    let (_, c) = shut_down_mid_response(Duration::ZERO);
+    let got = c.got.borrow().clone();
+    assert!(
+        matches!(got.as_slice(), [Err(_)] | [Err(_), Err(_)]),
+        "{:?}",
+        got.iter()
+            .map(|g| g.as_ref().map(|g| g.body.len()))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        matches!(&c.lost, Some(ConnectionError::ApplicationClosed(close)) if close.error_code == VarInt::from_u32(0x100)),
+        "{:?}",
+        c.lost
+    );
 }
