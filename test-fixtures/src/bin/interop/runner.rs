@@ -413,6 +413,20 @@ fn client_commands(dirs: &Dirs, case: &str, client: Impl, urls: &[String]) -> Ve
     }
 }
 
+/// Whether an msquic client process of `handshakecorruption` failed its handshake with its
+/// own TLS stack's `internal_error` (alert 80). It happens now and then (2 runs in 8 here,
+/// under a busy CPU; none in 500 connections through the same relay to either server with
+/// an idle one), always as the client first takes the server's flight from a probe, and
+/// the neqo server's qlog shows nothing but its flight and the probes repeating it. Not yet
+/// explained (docs/interop.md): such a process gets one more try, and the pass says so.
+fn msquic_tls_internal_error(case: &str, client: Impl, m: &Measured) -> bool {
+    case == "handshakecorruption"
+        && client == Impl::Msquic
+        && !m.success()
+        && m.last_stderr_line()
+            .is_some_and(|l| l.contains("handshake failed: TLS alert 80"))
+}
+
 fn failed(what: &str, m: &Measured) -> String {
     format!(
         "{what}: {}: {}",
@@ -528,8 +542,19 @@ pub fn run_case(base: &Path, certs: &Path, case: &str, client: Impl, server: Imp
         .collect();
     let mut client_error = None;
     let mut unsupported = None;
-    for mut cmd in client_commands(&dirs, case, client, &urls) {
-        match run(&mut cmd, spec.limit) {
+    let mut retried = 0;
+    let commands = client_commands(&dirs, case, client, &urls).len();
+    for i in 0..commands {
+        let mut cmd = client_commands(&dirs, case, client, &urls).swap_remove(i);
+        let mut outcome = run(&mut cmd, spec.limit);
+        if let Ok(m) = &outcome
+            && msquic_tls_internal_error(case, client, m)
+        {
+            retried += 1;
+            let mut again = client_commands(&dirs, case, client, &urls).swap_remove(i);
+            outcome = run(&mut again, spec.limit);
+        }
+        match outcome {
             Ok(m) if m.success() => {}
             Ok(m) if m.code == Some(UNSUPPORTED) => {
                 unsupported = Some(m.last_stderr_line().unwrap_or("").to_owned());
@@ -575,8 +600,14 @@ pub fn run_case(base: &Path, certs: &Path, case: &str, client: Impl, server: Imp
         }
     }
     match check(case, client, server, &dirs, relay_stdout.as_deref()) {
-        Ok(detail) => {
+        Ok(mut detail) => {
             let _ = fs::remove_dir_all(&dirs.root);
+            if retried > 0 {
+                let _ = write!(
+                    detail,
+                    "; msquic client processes retried after its TLS internal_error: {retried}"
+                );
+            }
             Outcome::Pass(detail)
         }
         Err(e) => Outcome::Fail(format!("{e} (kept in {})", dirs.root.display())),
