@@ -14,7 +14,7 @@ use h3::{
 };
 use quinn_proto::{Dir, StreamId};
 
-use super::mailbox::{RECV_HELD, Shared, Stream, h3_id};
+use super::mailbox::{OpenWaiter, RECV_HELD, Shared, Stream, h3_id};
 
 /// A connection as `h3` drives it.
 #[derive(Debug)]
@@ -29,11 +29,7 @@ impl H3Connection {
     #[must_use]
     pub fn new(mailbox: Shared) -> Self {
         Self {
-            opener: Opener {
-                mailbox: Rc::clone(&mailbox),
-                asked_bi: false,
-                asked_uni: false,
-            },
+            opener: Opener::new(&mailbox),
             mailbox,
         }
     }
@@ -82,11 +78,7 @@ impl quic::Connection<Bytes> for H3Connection {
     }
 
     fn opener(&self) -> Self::OpenStreams {
-        Opener {
-            mailbox: Rc::clone(&self.mailbox),
-            asked_bi: false,
-            asked_uni: false,
-        }
+        Opener::new(&self.mailbox)
     }
 }
 
@@ -120,9 +112,20 @@ pub struct Opener {
     /// A stream asked for and not yet taken (so that a repeated poll asks once).
     asked_bi: bool,
     asked_uni: bool,
+    /// Its place in the mailbox's queue of openers waiting for a stream.
+    waiter: Rc<OpenWaiter>,
 }
 
 impl Opener {
+    fn new(mailbox: &Shared) -> Self {
+        Self {
+            mailbox: Rc::clone(mailbox),
+            asked_bi: false,
+            asked_uni: false,
+            waiter: Rc::default(),
+        }
+    }
+
     fn poll_open(
         &mut self,
         dir: Dir,
@@ -135,6 +138,11 @@ impl Opener {
         };
         if *asked && let Some(id) = queue.pop_front() {
             *asked = false;
+            self.waiter.queued.set(false);
+            // A stream left over (its waiter took another, or was dropped): the next one.
+            if !m.opened_bi.is_empty() || !m.opened_uni.is_empty() {
+                m.wake_opener();
+            }
             return Poll::Ready(Ok(id));
         }
         if let Some(why) = &m.ended {
@@ -147,18 +155,17 @@ impl Opener {
                 Dir::Uni => m.want_uni += 1,
             }
         }
-        m.open_wakers.push(cx.waker().clone());
+        *self.waiter.waker.borrow_mut() = Some(cx.waker().clone());
+        if !self.waiter.queued.replace(true) {
+            m.open_waiters.push_back(Rc::clone(&self.waiter));
+        }
         Poll::Pending
     }
 }
 
 impl Clone for Opener {
     fn clone(&self) -> Self {
-        Self {
-            mailbox: Rc::clone(&self.mailbox),
-            asked_bi: false,
-            asked_uni: false,
-        }
+        Self::new(&self.mailbox)
     }
 }
 
@@ -167,6 +174,11 @@ impl Drop for Opener {
         // A stream asked for and not taken: ask for one less, or leave the opened one unused
         // (finished at once, so that it does not hold the peer's stream credit).
         let mut m = self.mailbox.borrow_mut();
+        self.waiter.queued.set(false);
+        // Woken for a stream it will not take now: the next waiter takes it.
+        if !m.opened_bi.is_empty() || !m.opened_uni.is_empty() {
+            m.wake_opener();
+        }
         for (asked, dir) in [(self.asked_bi, Dir::Bi), (self.asked_uni, Dir::Uni)] {
             if !asked {
                 continue;

@@ -11,7 +11,7 @@
 //! stream to what quinn-proto's flow control already bounds.
 
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     collections::{HashMap, HashSet, VecDeque},
     rc::Rc,
     task::Waker,
@@ -100,6 +100,14 @@ impl Stream {
     }
 }
 
+/// An opener's place in [`Mailbox::open_waiters`].
+#[derive(Debug, Default)]
+pub(super) struct OpenWaiter {
+    pub(super) waker: RefCell<Option<Waker>>,
+    /// In the queue and not yet woken (an opener dropped meanwhile clears it).
+    pub(super) queued: Cell<bool>,
+}
+
 /// A connection's streams as `h3` sees them, and what it asked of the connection.
 #[derive(Default)]
 pub struct Mailbox {
@@ -114,7 +122,10 @@ pub struct Mailbox {
     pub(super) want_uni: usize,
     pub(super) opened_bi: VecDeque<StreamId>,
     pub(super) opened_uni: VecDeque<StreamId>,
-    pub(super) open_wakers: Vec<Waker>,
+    /// Openers waiting for a stream, in the order they asked: a stream opened wakes one,
+    /// not all (with thousands of requests waiting for the peer's stream credit, waking
+    /// all at each credit made the opening quadratic).
+    pub(super) open_waiters: VecDeque<Rc<OpenWaiter>>,
     /// A close `h3` asked for, not yet carried.
     pub(super) close: Option<(u64, Bytes)>,
     pub(super) ended: Option<ConnectionErrorIncoming>,
@@ -214,13 +225,23 @@ impl Mailbox {
         for s in self.streams.values_mut() {
             s.wake();
         }
-        for w in self
-            .accept_wakers
-            .drain(..)
-            .chain(self.open_wakers.drain(..))
-        {
+        for w in self.accept_wakers.drain(..) {
             w.wake();
         }
+        while self.wake_opener() {}
+    }
+
+    /// Wakes the longest-waiting opener still waiting; returns whether there was one.
+    pub(super) fn wake_opener(&mut self) -> bool {
+        while let Some(w) = self.open_waiters.pop_front() {
+            if w.queued.replace(false)
+                && let Some(waker) = w.waker.take()
+            {
+                waker.wake();
+                return true;
+            }
+        }
+        false
     }
 
     /// `h3` closes the connection. The first close is the one sent: `h3` closes with its
@@ -268,7 +289,7 @@ impl Mailbox {
     }
 
     fn open(&mut self, conn: &mut Connection) {
-        let mut opened = false;
+        let mut opened = 0;
         for (dir, want, queue) in [
             (Dir::Bi, &mut self.want_bi, &mut self.opened_bi),
             (Dir::Uni, &mut self.want_uni, &mut self.opened_uni),
@@ -280,12 +301,12 @@ impl Mailbox {
                 *want -= 1;
                 self.streams.insert(id, Stream::new(dir, true));
                 queue.push_back(id);
-                opened = true;
+                opened += 1;
             }
         }
-        if opened {
-            for w in self.open_wakers.drain(..) {
-                w.wake();
+        for _ in 0..opened {
+            if !self.wake_opener() {
+                break;
             }
         }
     }

@@ -74,17 +74,21 @@ impl Notifier {
     }
 }
 
-/// A connection's wake state: whether any of its tasks is woken, and whom to tell.
+/// A connection's wake state: which of its tasks are woken, and whom to tell.
 #[derive(Debug, Default)]
 struct Connection {
     any: AtomicBool,
+    /// The slots of the tasks woken since the last run, each once per wake-up.
+    woken: Mutex<Vec<usize>>,
     key: u64,
     notifier: Option<Arc<Notifier>>,
 }
 
-/// What a task's waker sets: its own flag and its connection's.
+/// What a task's waker sets: its own flag, its slot in its connection's woken list, and its
+/// connection's flag.
 struct Flag {
     woken: AtomicBool,
+    slot: usize,
     conn: Arc<Connection>,
 }
 
@@ -94,7 +98,15 @@ impl Wake for Flag {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Relaxed);
+        if self.woken.swap(true, Ordering::AcqRel) {
+            // Listed already, not yet polled.
+            return;
+        }
+        self.conn
+            .woken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(self.slot);
         if !self.conn.any.swap(true, Ordering::AcqRel)
             && let Some(n) = &self.conn.notifier
         {
@@ -147,9 +159,9 @@ impl Tasks {
     pub fn notifying(notifier: Arc<Notifier>, key: u64) -> Self {
         Self {
             conn: Arc::new(Connection {
-                any: AtomicBool::new(false),
                 key,
                 notifier: Some(notifier),
+                ..Connection::default()
             }),
             ..Self::default()
         }
@@ -180,32 +192,46 @@ impl Tasks {
     }
 
     /// Polls the new tasks and the woken ones, once each. Returns whether any was polled.
+    /// Only those are visited: a woken task's waker listed its slot.
     pub fn run(&mut self) -> bool {
         let new: Vec<LocalFuture> = std::mem::take(&mut *self.spawner.0.borrow_mut());
+        let mut due = Vec::with_capacity(new.len());
         for future in new {
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.slots.push(None);
+                self.slots.len() - 1
+            });
+            // Woken already, and listed here rather than in the connection's list.
             let flag = Arc::new(Flag {
                 woken: AtomicBool::new(true),
+                slot,
                 conn: Arc::clone(&self.conn),
             });
-            let task = Task {
+            self.slots[slot] = Some(Task {
                 future,
                 waker: Waker::from(Arc::clone(&flag)),
                 flag,
-            };
-            match self.free.pop() {
-                Some(i) => self.slots[i] = Some(task),
-                None => self.slots.push(Some(task)),
-            }
-            self.conn.any.store(true, Ordering::Release);
+            });
+            due.push(slot);
         }
-        if !self.conn.any.swap(false, Ordering::AcqRel) {
+        let any = self.conn.any.swap(false, Ordering::AcqRel);
+        if !any && due.is_empty() {
             return false;
         }
-        for i in 0..self.slots.len() {
-            let Some(task) = &mut self.slots[i] else {
+        due.append(
+            &mut self
+                .conn
+                .woken
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for i in due {
+            // A slot freed (and maybe taken by a new task) since its waker fired: the flag
+            // is the current task's.
+            let Some(task) = self.slots.get_mut(i).and_then(Option::as_mut) else {
                 continue;
             };
-            if !task.flag.woken.swap(false, Ordering::Relaxed) {
+            if !task.flag.woken.swap(false, Ordering::AcqRel) {
                 continue;
             }
             let mut cx = Context::from_waker(&task.waker);
