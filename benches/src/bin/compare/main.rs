@@ -365,10 +365,14 @@ fn prepare(build: bool) -> Peers {
 }
 
 fn server_command(pair: &Pair, json: &Path) -> Command {
-    let (server, io, pacing) = match *pair {
+    let (server, io, pacing, h3) = match *pair {
         Pair::Quic {
-            server, io, pacing, ..
-        } => (server, io, pacing),
+            server,
+            io,
+            pacing,
+            h3,
+            ..
+        } => (server, io, pacing, h3),
         Pair::TcpTls => {
             let mut c = netns::command(release_binary("tcp-tls"));
             c.args(["server", "--listen", "127.0.0.1:0"]);
@@ -385,6 +389,9 @@ fn server_command(pair: &Pair, json: &Path) -> Command {
             c.arg("--json").arg(json);
             if !pacing {
                 c.arg("--no-pacing");
+            }
+            if h3 {
+                c.args(["--alpn", "h3"]);
             }
             c
         }
