@@ -237,28 +237,51 @@ fn release(mailbox: &Shared, id: StreamId, send: bool) {
     m.dirty.insert(id);
 }
 
-/// The sending side of a stream.
+/// A handle's hold on one side of a stream: counted in the stream's handles while it lives.
 #[derive(Debug)]
-pub struct SendStream {
+struct Held {
     mailbox: Shared,
     id: StreamId,
+    send: bool,
 }
 
-impl SendStream {
-    fn new(mailbox: &Shared, id: StreamId) -> Self {
+impl Held {
+    fn new(mailbox: &Shared, id: StreamId, send: bool) -> Self {
         if let Some(s) = mailbox.borrow_mut().streams.get_mut(&id) {
             s.handles += 1;
         }
         Self {
             mailbox: Rc::clone(mailbox),
             id,
+            send,
         }
+    }
+
+    /// Posts `ask` for the pump to carry, unless its side is done already.
+    fn ask(&self, ask: impl FnOnce(&mut Stream)) {
+        let mut m = self.mailbox.borrow_mut();
+        if let Some(s) = m.streams.get_mut(&self.id)
+            && !(if self.send { s.send_done } else { s.recv_done })
+        {
+            ask(s);
+        }
+        m.dirty.insert(self.id);
     }
 }
 
-impl Drop for SendStream {
+impl Drop for Held {
     fn drop(&mut self) {
-        release(&self.mailbox, self.id, true);
+        release(&self.mailbox, self.id, self.send);
+    }
+}
+
+/// The sending side of a stream.
+#[derive(Debug)]
+pub struct SendStream(Held);
+
+impl SendStream {
+    fn new(mailbox: &Shared, id: StreamId) -> Self {
+        Self(Held::new(mailbox, id, true))
     }
 }
 
@@ -271,9 +294,9 @@ fn terminated(s: &Stream, ended: Option<&ConnectionErrorIncoming>) -> Option<Str
 
 impl quic::SendStream<Bytes> for SendStream {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        let mut m = self.mailbox.borrow_mut();
+        let mut m = self.0.mailbox.borrow_mut();
         let m = &mut *m;
-        let Some(s) = m.streams.get_mut(&self.id) else {
+        let Some(s) = m.streams.get_mut(&self.0.id) else {
             return Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
                 error_code: Code::H3_REQUEST_CANCELLED.value(),
             }));
@@ -289,9 +312,9 @@ impl quic::SendStream<Bytes> for SendStream {
     }
 
     fn send_data<T: Into<WriteBuf<Bytes>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
-        let mut m = self.mailbox.borrow_mut();
+        let mut m = self.0.mailbox.borrow_mut();
         let m = &mut *m;
-        let Some(s) = m.streams.get_mut(&self.id) else {
+        let Some(s) = m.streams.get_mut(&self.0.id) else {
             return Err(StreamErrorIncoming::StreamTerminated {
                 error_code: Code::H3_REQUEST_CANCELLED.value(),
             });
@@ -308,14 +331,14 @@ impl quic::SendStream<Bytes> for SendStream {
             });
         }
         s.writing = Some(data.into());
-        m.dirty.insert(self.id);
+        m.dirty.insert(self.0.id);
         Ok(())
     }
 
     fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        let mut m = self.mailbox.borrow_mut();
+        let mut m = self.0.mailbox.borrow_mut();
         let m = &mut *m;
-        let Some(s) = m.streams.get_mut(&self.id) else {
+        let Some(s) = m.streams.get_mut(&self.0.id) else {
             return Poll::Ready(Ok(()));
         };
         if let Some(e) = terminated(s, m.ended.as_ref()) {
@@ -326,49 +349,28 @@ impl quic::SendStream<Bytes> for SendStream {
         }
         if !s.finish {
             s.finish = true;
-            m.dirty.insert(self.id);
+            m.dirty.insert(self.0.id);
         }
         s.send_waker = Some(cx.waker().clone());
         Poll::Pending
     }
 
     fn reset(&mut self, reset_code: u64) {
-        let mut m = self.mailbox.borrow_mut();
-        if let Some(s) = m.streams.get_mut(&self.id)
-            && !s.send_done
-        {
-            s.reset = Some(reset_code);
-        }
-        m.dirty.insert(self.id);
+        self.0.ask(|s| s.reset = Some(reset_code));
     }
 
     fn send_id(&self) -> quic::StreamId {
-        h3_id(self.id)
+        h3_id(self.0.id)
     }
 }
 
 /// The receiving side of a stream.
 #[derive(Debug)]
-pub struct RecvStream {
-    mailbox: Shared,
-    id: StreamId,
-}
+pub struct RecvStream(Held);
 
 impl RecvStream {
     fn new(mailbox: &Shared, id: StreamId) -> Self {
-        if let Some(s) = mailbox.borrow_mut().streams.get_mut(&id) {
-            s.handles += 1;
-        }
-        Self {
-            mailbox: Rc::clone(mailbox),
-            id,
-        }
-    }
-}
-
-impl Drop for RecvStream {
-    fn drop(&mut self) {
-        release(&self.mailbox, self.id, false);
+        Self(Held::new(mailbox, id, false))
     }
 }
 
@@ -379,28 +381,28 @@ impl quic::RecvStream for RecvStream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Option<Self::Buf>, StreamErrorIncoming>> {
-        let mut m = self.mailbox.borrow_mut();
+        let mut m = self.0.mailbox.borrow_mut();
         let m = &mut *m;
-        let Some(s) = m.streams.get_mut(&self.id) else {
+        let Some(s) = m.streams.get_mut(&self.0.id) else {
             return Poll::Ready(Ok(None));
         };
         if let Some(b) = s.recv.pop_front() {
             let was_full = s.recv_held >= RECV_HELD;
             s.recv_held -= b.len();
             if was_full || s.recv.is_empty() {
-                m.dirty.insert(self.id);
+                m.dirty.insert(self.0.id);
             }
             return Poll::Ready(Ok(Some(b)));
         }
         match s.recv_end {
             Some(None) => {
                 s.recv_done = true;
-                m.dirty.insert(self.id);
+                m.dirty.insert(self.0.id);
                 return Poll::Ready(Ok(None));
             }
             Some(Some(c)) => {
                 s.recv_done = true;
-                m.dirty.insert(self.id);
+                m.dirty.insert(self.0.id);
                 return Poll::Ready(Err(StreamErrorIncoming::StreamTerminated { error_code: c }));
             }
             None => {}
@@ -413,17 +415,11 @@ impl quic::RecvStream for RecvStream {
     }
 
     fn stop_sending(&mut self, error_code: u64) {
-        let mut m = self.mailbox.borrow_mut();
-        if let Some(s) = m.streams.get_mut(&self.id)
-            && !s.recv_done
-        {
-            s.stop = Some(error_code);
-        }
-        m.dirty.insert(self.id);
+        self.0.ask(|s| s.stop = Some(error_code));
     }
 
     fn recv_id(&self) -> quic::StreamId {
-        h3_id(self.id)
+        h3_id(self.0.id)
     }
 }
 

@@ -124,21 +124,14 @@ async fn request(
             s.stop_stream(code);
         }
         // Dropped with its body unread.
-        return Ok(Got {
-            method,
-            path,
-            status: resp.status().as_u16(),
-            content_length: header("content-length"),
-            content_type: header("content-type"),
-            body,
-        });
-    }
-    while let Some(mut chunk) = s.recv_data().await? {
-        while chunk.has_remaining() {
-            let c = chunk.chunk();
-            body.extend_from_slice(c);
-            let n = c.len();
-            chunk.advance(n);
+    } else {
+        while let Some(mut chunk) = s.recv_data().await? {
+            while chunk.has_remaining() {
+                let c = chunk.chunk();
+                body.extend_from_slice(c);
+                let n = c.len();
+                chunk.advance(n);
+            }
         }
     }
     Ok(Got {
