@@ -90,6 +90,12 @@ impl Engine {
         self.tasks.len()
     }
 
+    /// Bytes read ahead of `h3` ([`Mailbox::held`](super::mailbox::Mailbox::held)).
+    #[must_use]
+    pub fn held(&self) -> usize {
+        self.mailbox.borrow().held()
+    }
+
     /// Finished streams whose data the peer has not all acknowledged.
     #[must_use]
     pub fn unacked(&self) -> usize {

@@ -160,6 +160,13 @@ impl Mailbox {
         self.streams.len()
     }
 
+    /// Bytes read from quinn-proto and not yet taken by `h3`, over all streams: each at most
+    /// [`RECV_HELD`].
+    #[must_use]
+    pub fn held(&self) -> usize {
+        self.streams.values().map(|s| s.recv_held).sum()
+    }
+
     /// Whether the connection has ended.
     #[must_use]
     pub const fn ended(&self) -> bool {

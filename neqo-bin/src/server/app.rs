@@ -71,6 +71,14 @@ impl ServerApp {
     }
 }
 
+#[cfg(test)]
+impl ServerApp {
+    /// The most bytes one HTTP/3 connection holds read ahead of `h3`.
+    pub(super) fn h3_most_held(&self) -> usize {
+        self.http3.most_held()
+    }
+}
+
 impl Application for ServerApp {
     fn admit(&mut self, open: usize, incoming: &Incoming, now: Instant) -> Admission {
         let remote = incoming.remote_address();

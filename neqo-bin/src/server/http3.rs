@@ -176,6 +176,12 @@ impl Http3 {
         self.shutdown.settled() && self.conns.values().all(|e| e.unacked() == 0)
     }
 
+    /// Bytes its connections hold read ahead of `h3`, the most of any one connection.
+    #[cfg(test)]
+    pub(super) fn most_held(&self) -> usize {
+        self.conns.values().map(Engine::held).max().unwrap_or(0)
+    }
+
     /// Whether `ch` is one of its connections.
     pub(super) fn serves(&self, ch: ConnectionHandle) -> bool {
         self.conns.contains_key(&ch)

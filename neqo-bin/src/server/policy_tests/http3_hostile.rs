@@ -21,6 +21,7 @@ use crate::{
         testing::{Behaviour, Network},
     },
     h3::{
+        mailbox::RECV_HELD,
         test_client::{self, Client, Got},
         tests::pattern_body,
     },
@@ -48,6 +49,7 @@ const DATA: u64 = 0x0;
 const HEADERS: u64 = 0x1;
 const SETTINGS: u64 = 0x4;
 const CONTROL: u64 = 0x0;
+const QPACK_ENCODER: u64 = 0x2;
 
 /// A QPACK field section (static table only, RFC 9204 appendix A) for `GET path` at
 /// `localhost`, with `extra` bytes of one more header's value when non-zero.
@@ -296,6 +298,14 @@ impl Bench {
     }
 }
 
+/// A QPACK encoder stream (RFC 9204 section 4.2) carrying `junk` after its type.
+fn encoder_stream(junk: &[u8]) -> Vec<u8> {
+    let mut s = Vec::new();
+    varint(QPACK_ENCODER, &mut s);
+    s.extend_from_slice(junk);
+    s
+}
+
 /// Closed by the server with HTTP/3 (or QPACK) error `code`.
 fn closed_with(raw: &Raw, code: u64) {
     match &raw.lost {
@@ -429,5 +439,41 @@ fn a_request_that_never_finishes_its_headers_holds_back_only_itself() {
     assert_eq!(raw.lost, None);
     assert!(!raw.finished.contains(&raw.requests[0]));
     assert!(raw.answered(1, &pattern_body(9)), "{:?}", raw.received);
+    b.still_serving();
+}
+
+#[test]
+fn a_second_qpack_encoder_stream_closes_the_connection() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        write(conn, Dir::Uni, &encoder_stream(&[]), false);
+        write(conn, Dir::Uni, &encoder_stream(&[]), false);
+        Vec::new()
+    });
+    // H3_STREAM_CREATION_ERROR (RFC 9204 section 4.2).
+    closed_with(&raw, 0x103);
+    b.still_serving();
+}
+
+/// 200 KB of junk on the QPACK encoder stream. `h3` 0.0.8 never reads that stream (it uses
+/// no dynamic table, so QPACK_ENCODER_STREAM_ERROR cannot be raised): what it costs the
+/// server is what the mailbox reads ahead, at most `RECV_HELD`; the rest waits in
+/// quinn-proto under flow control. Requests on the same connection are still answered.
+#[test]
+fn junk_on_the_qpack_encoder_stream_costs_at_most_the_read_ahead() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        write(conn, Dir::Uni, &encoder_stream(&vec![0xff; 200_000]), false);
+        vec![write(conn, Dir::Bi, &frame(HEADERS, &get("/5", 0)), true)]
+    });
+    assert_eq!(raw.lost, None);
+    assert!(raw.answered(0, &pattern_body(5)), "{:?}", raw.received);
+    let held = b.app.h3_most_held();
+    assert!(
+        (1..=RECV_HELD).contains(&held),
+        "held {held} B read ahead of h3"
+    );
     b.still_serving();
 }
