@@ -1,4 +1,4 @@
-//! The client's HTTP/3 connections (`--alpn h3`): each an [`Engine`] whose tasks are the `h3`
+//! The client's HTTP/3 connections (`--alpn h3`): each an [`Engine`](crate::h3::Engine) whose tasks are the `h3`
 //! crate's client connection and the requests, one after another or all at once
 //! (`--parallel`). A response must be 200; a `/N` body is verified against the pattern byte
 //! by byte and must be exactly N bytes; a saved body is written off the driver thread a chunk
@@ -7,11 +7,10 @@
 
 use std::{
     cell::{Cell, RefCell},
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     fs::File,
     io::Write as _,
     rc::Rc,
-    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -22,9 +21,9 @@ use super::{Save, output::Sink};
 use crate::{
     driver::Driver,
     h3::{
-        Engine,
+        connections::Connections,
         handles::{H3Connection, Opener},
-        tasks::{Notifier, Spawner},
+        tasks::Spawner,
     },
     hq::{self, Target},
     pattern,
@@ -82,9 +81,9 @@ struct ConnState {
     bytes: u64,
 }
 
+/// What the client keeps beside a connection's engine.
 #[derive(Debug)]
 struct Conn {
-    engine: Engine,
     opened: Instant,
     state: Rc<RefCell<ConnState>>,
     key_update: super::keys::KeyUpdate,
@@ -93,9 +92,7 @@ struct Conn {
 /// The client's HTTP/3 connections.
 pub(super) struct Http3 {
     ctx: Rc<Context>,
-    notifier: Arc<Notifier>,
-    conns: HashMap<ConnectionHandle, Conn>,
-    again: Vec<ConnectionHandle>,
+    conns: Connections<Conn>,
 }
 
 impl std::fmt::Debug for Http3 {
@@ -123,9 +120,7 @@ impl Http3 {
                 now: Cell::new(now),
                 results: RefCell::default(),
             }),
-            notifier: Notifier::new(),
-            conns: HashMap::new(),
-            again: Vec::new(),
+            conns: Connections::default(),
         }
     }
 
@@ -136,14 +131,14 @@ impl Http3 {
 
     /// Whether `ch` is one of its connections.
     pub(super) fn serves(&self, ch: ConnectionHandle) -> bool {
-        self.conns.contains_key(&ch)
+        self.conns.contains(ch)
     }
 
     /// Requests still to answer on the open connections.
     pub(super) fn outstanding(&self) -> usize {
         self.conns
-            .values()
-            .map(|c| c.state.borrow().outstanding)
+            .iter()
+            .map(|(_, _, c)| c.state.borrow().outstanding)
             .sum()
     }
 
@@ -155,7 +150,7 @@ impl Http3 {
         key_update: bool,
         now: Instant,
     ) {
-        let mut engine = Engine::notifying(Arc::clone(&self.notifier), ch.0 as u64);
+        let mut engine = self.conns.engine(ch);
         let state = Rc::new(RefCell::new(ConnState {
             outstanding: self.ctx.requests.len(),
             bytes: 0,
@@ -171,8 +166,8 @@ impl Http3 {
         engine.drive(conn, now);
         self.conns.insert(
             ch,
+            engine,
             Conn {
-                engine,
                 opened: now,
                 state,
                 key_update: super::keys::KeyUpdate::new(key_update),
@@ -188,7 +183,7 @@ impl Http3 {
         event: &Event,
         now: Instant,
     ) -> Option<Duration> {
-        let c = self.conns.get_mut(&ch)?;
+        let (_, c) = self.conns.get_mut(ch)?;
         if matches!(
             event,
             Event::Stream(quinn_proto::StreamEvent::Readable { .. })
@@ -196,17 +191,14 @@ impl Http3 {
             c.key_update.poll(conn);
         }
         self.ctx.now.set(now);
-        c.engine.on_event(conn, event, now);
-        if c.engine.pending() {
-            self.again.push(ch);
-        }
+        let c = self.conns.on_event(ch, conn, event, now)?;
         matches!(event, Event::Connected).then(|| now.saturating_duration_since(c.opened))
     }
 
     /// `ch` is lost: its outstanding requests fail.
     pub(super) fn lost(&mut self, ch: ConnectionHandle) -> usize {
         self.conns
-            .remove(&ch)
+            .remove(ch)
             .map_or(0, |c| c.state.borrow().outstanding)
     }
 
@@ -220,49 +212,37 @@ impl Http3 {
         finished: &mut Vec<(Option<f64>, u64)>,
     ) -> bool {
         self.ctx.now.set(now);
-        let mut due: Vec<ConnectionHandle> = std::mem::take(&mut self.again);
-        due.extend(
-            self.notifier
-                .take_ready()
-                .into_iter()
-                .map(|k| ConnectionHandle(usize::try_from(k).unwrap_or(usize::MAX))),
-        );
-        due.extend(
-            self.conns
-                .iter()
-                .filter(|(_, c)| c.state.borrow().outstanding == 0)
-                .map(|(ch, _)| *ch),
-        );
-        due.sort_unstable_by_key(|c| c.0);
-        due.dedup();
-        for ch in due {
-            let Some(c) = self.conns.get_mut(&ch) else {
+        let done: Vec<ConnectionHandle> = self
+            .conns
+            .iter()
+            .filter(|(_, _, c)| c.state.borrow().outstanding == 0)
+            .map(|(ch, _, _)| ch)
+            .collect();
+        for ch in self.conns.due(done) {
+            let Some((_, c)) = self.conns.drive(driver, ch, now) else {
                 continue;
             };
-            driver.update(ch, |conn| c.engine.drive(conn, now));
-            if c.state.borrow().outstanding == 0 {
-                let seconds = now.saturating_duration_since(c.opened).as_secs_f64();
-                #[expect(clippy::cast_precision_loss, reason = "a rate")]
-                let gbps =
-                    (seconds > 0.0).then(|| c.state.borrow().bytes as f64 * 8.0 / seconds / 1e9);
-                let lost = driver
-                    .update(ch, |conn| {
-                        conn.close(now, 0x100u32.into(), Bytes::from_static(b"done"));
-                        conn.stats().path.lost_packets
-                    })
-                    .unwrap_or(0);
-                finished.push((gbps, lost));
-                self.conns.remove(&ch);
-            } else if c.engine.pending() {
-                self.again.push(ch);
+            if c.state.borrow().outstanding > 0 {
+                continue;
             }
+            let seconds = now.saturating_duration_since(c.opened).as_secs_f64();
+            #[expect(clippy::cast_precision_loss, reason = "a rate")]
+            let gbps = (seconds > 0.0).then(|| c.state.borrow().bytes as f64 * 8.0 / seconds / 1e9);
+            let lost = driver
+                .update(ch, |conn| {
+                    conn.close(now, 0x100u32.into(), Bytes::from_static(b"done"));
+                    conn.stats().path.lost_packets
+                })
+                .unwrap_or(0);
+            finished.push((gbps, lost));
+            self.conns.remove(ch);
         }
-        !self.again.is_empty()
+        self.conns.busy()
     }
 
     /// For the driver's wait: a task was woken off the thread (a write finished).
     pub(super) fn poll_wake(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        self.notifier.poll(cx)
+        self.conns.poll_wake(cx)
     }
 
     /// What the requests did since the last call.

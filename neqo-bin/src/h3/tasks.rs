@@ -145,6 +145,8 @@ pub struct Tasks {
     free: Vec<usize>,
     spawner: Spawner,
     conn: Arc<Connection>,
+    /// The slots a run visits, kept for its allocation.
+    due: Vec<usize>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -195,7 +197,8 @@ impl Tasks {
     /// Only those are visited: a woken task's waker listed its slot.
     pub fn run(&mut self) -> bool {
         let new: Vec<LocalFuture> = std::mem::take(&mut *self.spawner.0.borrow_mut());
-        let mut due = Vec::with_capacity(new.len());
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
         for future in new {
             let slot = self.free.pop().unwrap_or_else(|| {
                 self.slots.push(None);
@@ -216,6 +219,7 @@ impl Tasks {
         }
         let any = self.conn.any.swap(false, Ordering::AcqRel);
         if !any && due.is_empty() {
+            self.due = due;
             return false;
         }
         due.append(
@@ -225,7 +229,7 @@ impl Tasks {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        for i in due {
+        for &i in &due {
             // A slot freed (and maybe taken by a new task) since its waker fired: the flag
             // is the current task's.
             let Some(task) = self.slots.get_mut(i).and_then(Option::as_mut) else {
@@ -240,6 +244,7 @@ impl Tasks {
                 self.free.push(i);
             }
         }
+        self.due = due;
         true
     }
 }

@@ -40,7 +40,7 @@ pub(crate) fn pattern_body(n: u64) -> Vec<u8> {
 /// `GET /N`: N pattern bytes; anything else 404.
 async fn respond(
     req: http::Request<()>,
-    mut stream: h3::server::RequestStream<super::handles::BidiStream, Bytes>,
+    mut stream: h3::server::RequestStream<super::streams::BidiStream, Bytes>,
 ) -> Result<(), h3::error::StreamError> {
     let n: Option<u64> = req
         .uri()

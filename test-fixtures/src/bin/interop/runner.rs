@@ -414,11 +414,9 @@ fn client_commands(dirs: &Dirs, case: &str, client: Impl, urls: &[String]) -> Ve
 }
 
 /// Whether an msquic client process of `handshakecorruption` failed its handshake with its
-/// own TLS stack's `internal_error` (alert 80). It happens now and then (2 runs in 8 here,
-/// under a busy CPU; none in 500 connections through the same relay to either server with
-/// an idle one), always as the client first takes the server's flight from a probe, and
-/// the neqo server's qlog shows nothing but its flight and the probes repeating it. Not yet
-/// explained (docs/interop.md): such a process gets one more try, and the pass says so.
+/// own TLS stack's `internal_error` (alert 80): it happens now and then, is not yet explained
+/// (docs/interop.md has what is known), and the server's side shows nothing wrong, so such a
+/// process gets one more try and the pass says so.
 fn msquic_tls_internal_error(case: &str, client: Impl, m: &Measured) -> bool {
     case == "handshakecorruption"
         && client == Impl::Msquic
