@@ -90,10 +90,22 @@ impl Engine {
         self.tasks.len()
     }
 
-    /// Bytes read ahead of `h3` ([`Mailbox::held`](super::mailbox::Mailbox::held)).
+    /// Caps what the mailbox and `h3` hold of the connection's received data
+    /// ([`Mailbox::limit_held`](super::mailbox::Mailbox::limit_held)).
+    pub fn limit_held(&self, bytes: usize) {
+        self.mailbox.borrow_mut().limit_held(bytes);
+    }
+
+    /// Bytes held for `h3` ([`Mailbox::held`](super::mailbox::Mailbox::held)).
     #[must_use]
     pub fn held(&self) -> usize {
         self.mailbox.borrow().held()
+    }
+
+    /// The most held for `h3` at once.
+    #[must_use]
+    pub fn peak_held(&self) -> usize {
+        self.mailbox.borrow().peak_held()
     }
 
     /// Finished streams whose data the peer has not all acknowledged.

@@ -7,8 +7,10 @@
 //! finish, a reset, a stream to open) and take what has arrived; [`Mailbox::on_event`] and
 //! [`Mailbox::pump`], called with the connection, carry both across and wake the futures
 //! that can go on. Each stream holds at most [`RECV_HELD`] bytes read ahead of `h3` and one
-//! frame it has not yet handed to quinn-proto, so the mailbox adds a bounded amount per
-//! stream to what quinn-proto's flow control already bounds.
+//! frame it has not yet handed to quinn-proto. What is read passes a guard that refuses
+//! frames over [`FRAME_LIMIT`](super::guard::FRAME_LIMIT), so `h3` holds at most one such
+//! frame per stream; and what the mailbox and `h3` hold of a connection's data together can
+//! be capped ([`Mailbox::limit_held`]): a server counts it in the connection's window.
 
 use std::{
     cell::{Cell, RefCell},
@@ -17,19 +19,19 @@ use std::{
     task::Waker,
 };
 
+pub use super::reader::RECV_HELD;
+use super::{
+    guard::Guard,
+    reader::{Holding, Piece, Reader},
+};
 use bytes::{Buf as _, Bytes};
 use h3::{
     error::Code,
     quic::{self, ConnectionErrorIncoming, WriteBuf},
 };
 use quinn_proto::{
-    Connection, ConnectionError, Dir, Event, FinishError, ReadError, StreamEvent, StreamId, VarInt,
-    WriteError,
+    Connection, ConnectionError, Dir, Event, FinishError, StreamEvent, StreamId, VarInt, WriteError,
 };
-
-/// The most a stream holds read from quinn-proto and not yet taken by `h3`: more waits in
-/// quinn-proto, under its flow control.
-pub const RECV_HELD: usize = 64 * 1024;
 
 pub(super) fn h3_id(id: StreamId) -> quic::StreamId {
     // Both are QUIC varints: below 2^62.
@@ -55,8 +57,11 @@ pub(super) fn lost(reason: &ConnectionError) -> ConnectionErrorIncoming {
 #[derive(Default)]
 pub(super) struct Stream {
     /// Read from quinn-proto, not yet taken.
-    pub(super) recv: VecDeque<Bytes>,
+    pub(super) recv: VecDeque<Piece>,
     pub(super) recv_held: usize,
+    /// Taken by `h3` of something it waits to have all of ([`Take::Partial`]).
+    pub(super) h3_partial: usize,
+    pub(super) guard: Guard,
     /// The peer finished (`Some(None)`) or reset (`Some(Some(code))`) its side; `h3` is told
     /// once `recv` is empty.
     pub(super) recv_end: Option<Option<u64>>,
@@ -86,8 +91,20 @@ impl Stream {
             // A unidirectional stream has only the initiator's sending side.
             recv_done: dir == Dir::Uni && local,
             send_done: dir == Dir::Uni && !local,
+            guard: match dir {
+                Dir::Bi => Guard::bidi(),
+                Dir::Uni => Guard::uni(),
+            },
             ..Self::default()
         }
+    }
+
+    /// Drops what is held for `h3`: the stream will not be read further.
+    pub(super) fn forget(&mut self, holding: &mut Holding, dirty: &mut HashSet<StreamId>) {
+        self.recv.clear();
+        holding.release(self.recv_held + self.h3_partial, dirty);
+        self.recv_held = 0;
+        self.h3_partial = 0;
     }
 
     pub(super) fn wake(&mut self) {
@@ -131,6 +148,7 @@ pub struct Mailbox {
     pub(super) ended: Option<ConnectionErrorIncoming>,
     /// Streams finished whose data the peer has not all acknowledged yet.
     pub(super) unacked: HashSet<StreamId>,
+    pub(super) holding: Holding,
 }
 
 impl std::fmt::Debug for Mailbox {
@@ -160,11 +178,24 @@ impl Mailbox {
         self.streams.len()
     }
 
-    /// Bytes read from quinn-proto and not yet taken by `h3`, over all streams: each at most
-    /// [`RECV_HELD`].
+    /// Bytes of the connection's data held for `h3`: read from quinn-proto and not yet taken
+    /// (each stream at most [`RECV_HELD`]), or taken by `h3` as part of a frame it does not
+    /// have all of yet.
     #[must_use]
-    pub fn held(&self) -> usize {
-        self.streams.values().map(|s| s.recv_held).sum()
+    pub const fn held(&self) -> usize {
+        self.holding.bytes
+    }
+
+    /// The most [`Mailbox::held`] has been.
+    #[must_use]
+    pub const fn peak_held(&self) -> usize {
+        self.holding.peak
+    }
+
+    /// Caps [`Mailbox::held`]: at `bytes`, no stream is read until `h3` takes some. A peer
+    /// that leaves more unfinished frames than this on its streams stalls its own connection.
+    pub const fn limit_held(&mut self, bytes: usize) {
+        self.holding.limit = Some(bytes);
     }
 
     /// Whether the connection has ended.
@@ -274,10 +305,7 @@ impl Mailbox {
 
     /// Carries what `h3` asked for to the connection and what arrived to `h3`.
     pub fn pump(&mut self, conn: &mut Connection, now: std::time::Instant) {
-        if let Some((c, reason)) = self.close.take() {
-            conn.close(now, code(c), reason);
-            self.end(ConnectionErrorIncoming::ApplicationClose { error_code: c });
-        }
+        self.carry_close(conn, now);
         if self.ended.is_none() {
             self.open(conn);
         }
@@ -288,10 +316,25 @@ impl Mailbox {
             if Self::send(conn, id, s) {
                 self.unacked.insert(id);
             }
-            Self::receive(conn, id, s);
+            let mut reader = Reader {
+                holding: &mut self.holding,
+                dirty: &mut self.dirty,
+                close: &mut self.close,
+            };
+            reader.receive(conn, id, s);
             if s.recv_done && s.send_done && s.handles == 0 {
+                s.forget(&mut self.holding, &mut self.dirty);
                 self.streams.remove(&id);
             }
+        }
+        // A connection error the guard found.
+        self.carry_close(conn, now);
+    }
+
+    fn carry_close(&mut self, conn: &mut Connection, now: std::time::Instant) {
+        if let Some((c, reason)) = self.close.take() {
+            conn.close(now, code(c), reason);
+            self.end(ConnectionErrorIncoming::ApplicationClose { error_code: c });
         }
     }
 
@@ -378,55 +421,5 @@ impl Mailbox {
             }
         }
         finished
-    }
-
-    fn receive(conn: &mut Connection, id: StreamId, s: &mut Stream) {
-        if s.recv_done {
-            return;
-        }
-        if let Some(c) = s.stop.take() {
-            let _ = conn.recv_stream(id).stop(code(c));
-            s.recv.clear();
-            s.recv_held = 0;
-            s.recv_done = true;
-            return;
-        }
-        if s.recv_end.is_some() || s.recv_held >= RECV_HELD {
-            return;
-        }
-        let mut input = conn.recv_stream(id);
-        let Ok(mut chunks) = input.read(true) else {
-            // Gone from quinn-proto (the connection is closing): as a reset.
-            s.recv_end = Some(Some(Code::H3_REQUEST_CANCELLED.value()));
-            s.wake();
-            return;
-        };
-        let before = s.recv_held;
-        loop {
-            match chunks.next(RECV_HELD - s.recv_held) {
-                Ok(Some(c)) => {
-                    s.recv_held += c.bytes.len();
-                    s.recv.push_back(c.bytes);
-                    if s.recv_held >= RECV_HELD {
-                        break;
-                    }
-                }
-                Ok(None) => {
-                    s.recv_end = Some(None);
-                    break;
-                }
-                Err(ReadError::Reset(c)) => {
-                    s.recv_end = Some(Some(c.into_inner()));
-                    break;
-                }
-                Err(ReadError::Blocked) => break,
-            }
-        }
-        let _ = chunks.finalize();
-        if (s.recv_held > before || s.recv_end.is_some())
-            && let Some(w) = s.recv_waker.take()
-        {
-            w.wake();
-        }
     }
 }

@@ -16,7 +16,8 @@ use quinn_proto::StreamId;
 
 use super::{
     handles::stream_error,
-    mailbox::{RECV_HELD, Shared, Stream, h3_id},
+    mailbox::{Shared, Stream, h3_id},
+    reader::REFILL_AT,
 };
 
 /// Drops a handle on stream `id`: with its last handle gone, a side still open is ended as a
@@ -186,26 +187,31 @@ impl quic::RecvStream for RecvStream {
         let Some(s) = m.streams.get_mut(&self.0.id) else {
             return Poll::Ready(Ok(None));
         };
-        if let Some(b) = s.recv.pop_front() {
-            let was_full = s.recv_held >= RECV_HELD;
-            s.recv_held -= b.len();
-            if was_full || s.recv.is_empty() {
+        if let Some(p) = s.recv.pop_front() {
+            let was_full = s.recv_held > REFILL_AT;
+            let n = p.bytes.len();
+            s.recv_held -= n;
+            // `h3` keeps what it took until it has all it waits for; then all of it is used.
+            let released = if p.completes {
+                n + std::mem::take(&mut s.h3_partial)
+            } else {
+                s.h3_partial += n;
+                0
+            };
+            if was_full && s.recv_held <= REFILL_AT || s.recv.is_empty() {
                 m.dirty.insert(self.0.id);
             }
-            return Poll::Ready(Ok(Some(b)));
+            m.holding.release(released, &mut m.dirty);
+            return Poll::Ready(Ok(Some(p.bytes)));
         }
-        match s.recv_end {
-            Some(None) => {
-                s.recv_done = true;
-                m.dirty.insert(self.0.id);
-                return Poll::Ready(Ok(None));
-            }
-            Some(Some(c)) => {
-                s.recv_done = true;
-                m.dirty.insert(self.0.id);
-                return Poll::Ready(Err(StreamErrorIncoming::StreamTerminated { error_code: c }));
-            }
-            None => {}
+        if let Some(end) = s.recv_end {
+            s.recv_done = true;
+            s.forget(&mut m.holding, &mut m.dirty);
+            m.dirty.insert(self.0.id);
+            return Poll::Ready(match end {
+                None => Ok(None),
+                Some(c) => Err(StreamErrorIncoming::StreamTerminated { error_code: c }),
+            });
         }
         if let Some(why) = &m.ended {
             return Poll::Ready(Err(stream_error(why)));

@@ -73,9 +73,9 @@ impl ServerApp {
 
 #[cfg(test)]
 impl ServerApp {
-    /// The most bytes one HTTP/3 connection holds read ahead of `h3`.
-    pub(super) fn h3_most_held(&self) -> usize {
-        self.http3.most_held()
+    /// The most bytes one HTTP/3 connection held for `h3` at once.
+    pub(super) fn h3_peak_held(&self) -> usize {
+        self.http3.peak_held()
     }
 }
 
@@ -147,7 +147,7 @@ impl Application for ServerApp {
             && tls::negotiated_alpn(conn).as_deref() == Some(tls::ALPN_H3)
         {
             self.requests.gone(ch);
-            self.http3.start(ch, conn, now);
+            self.http3.start(ch, conn, self.windows.window(ch), now);
             return;
         }
         let report = &mut self.report;

@@ -29,7 +29,9 @@
 //! allocation of its own size, so those rules count real memory. A connection's worst case
 //! is therefore about two and a half times its window, plus 32 KiB for each of its up to
 //! [`MAX_CONCURRENT_STREAMS`](crate::tls::MAX_CONCURRENT_STREAMS) streams, plus quinn-proto's
-//! bounded crypto buffers. DATAGRAM frames, which quinn-proto would buffer outside any
+//! bounded crypto buffers. An HTTP/3 connection's window is split in two: quinn-proto gets
+//! half, and what the `h3` mailbox reads ahead and `h3` holds of unfinished frames may take
+//! the other half (`http3::Http3::start`). DATAGRAM frames, which quinn-proto would buffer outside any
 //! window, are refused: no protocol here uses them (`tls/transport.rs`).
 
 use std::collections::HashMap;
@@ -169,6 +171,11 @@ impl Windows {
         self.granted.insert(ch, g);
         *self.by_source.entry(g.source).or_default() += g.window();
         Some(g.window())
+    }
+
+    /// Connection `ch`'s window.
+    pub(super) fn window(&self, ch: ConnectionHandle) -> Option<u64> {
+        self.granted.get(&ch).map(Grant::window)
     }
 
     /// Connection `ch` is gone: its window returns.

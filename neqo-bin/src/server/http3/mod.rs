@@ -23,7 +23,7 @@ use std::{
 
 use bytes::Bytes;
 use h3::error::Code;
-use quinn_proto::{Connection, ConnectionHandle, Event};
+use quinn_proto::{Connection, ConnectionHandle, Event, VarInt};
 use shutdown::{Counted, Shutdown};
 
 use crate::{
@@ -106,12 +106,12 @@ impl Http3 {
         self.shutdown.settled() && self.conns.iter().all(|(_, e, ())| e.unacked() == 0)
     }
 
-    /// Bytes its connections hold read ahead of `h3`, the most of any one connection.
+    /// The most bytes one of its connections held for `h3` at once.
     #[cfg(test)]
-    pub(super) fn most_held(&self) -> usize {
+    pub(super) fn peak_held(&self) -> usize {
         self.conns
             .iter()
-            .map(|(_, e, ())| e.held())
+            .map(|(_, e, ())| e.peak_held())
             .max()
             .unwrap_or(0)
     }
@@ -122,8 +122,22 @@ impl Http3 {
     }
 
     /// `ch` negotiated `h3`: its streams are HTTP/3 from now on.
-    pub(super) fn start(&mut self, ch: ConnectionHandle, conn: &mut Connection, now: Instant) {
+    ///
+    /// With a `window` from the receive budget, quinn-proto is given half of it and what
+    /// the mailbox and `h3` hold may take the other half, so that the connection holds no
+    /// more than an `hq-interop` one with that window.
+    pub(super) fn start(
+        &mut self,
+        ch: ConnectionHandle,
+        conn: &mut Connection,
+        window: Option<u64>,
+        now: Instant,
+    ) {
         let mut engine = self.conns.engine(ch);
+        if let Some(w) = window {
+            conn.set_receive_window(VarInt::from_u64(w / 2).unwrap_or(VarInt::MAX));
+            engine.limit_held(usize::try_from(w / 2).unwrap_or(usize::MAX));
+        }
         let spawner = engine.spawner();
         spawner.spawn(serve(
             engine.transport(),

@@ -14,14 +14,13 @@ use quinn_proto::{
     StreamId,
 };
 
-use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
+use super::{MIN_WINDOW, ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
 use crate::{
     driver::{
         Application, Driver,
         testing::{Behaviour, Network},
     },
     h3::{
-        mailbox::RECV_HELD,
         test_client::{self, Client, Got},
         tests::pattern_body,
     },
@@ -50,6 +49,7 @@ const HEADERS: u64 = 0x1;
 const SETTINGS: u64 = 0x4;
 const CONTROL: u64 = 0x0;
 const QPACK_ENCODER: u64 = 0x2;
+const QPACK_DECODER: u64 = 0x3;
 
 /// A QPACK field section (static table only, RFC 9204 appendix A) for `GET path` at
 /// `localhost`, with `extra` bytes of one more header's value when non-zero.
@@ -218,12 +218,17 @@ struct Bench {
 
 impl Bench {
     fn new() -> Self {
+        Self::with(ServerConfig::default())
+    }
+
+    /// With `config`, listening at `SERVER` for h3.
+    fn with(config: ServerConfig) -> Self {
         let start = Instant::now();
         let net = Network::new(9, start).with_one_way(ONE_WAY);
         let config = ServerConfig {
             listen: vec![SERVER],
             alpns: vec![ALPN_H3.into()],
-            ..ServerConfig::default()
+            ..config
         };
         let (shared, _) = prepare(config).unwrap();
         let (server, app) = worker::parts(
@@ -240,10 +245,22 @@ impl Bench {
         }
     }
 
-    /// Runs `app` from a new client address until `done` or `limit` of virtual time.
+    /// Runs `app` from a new client address until `done` or `limit` of virtual time; then
+    /// the address is gone (what the server still sends it is lost).
     fn run<A: Application>(&mut self, app: &mut A, limit: Duration, done: impl Fn(&A) -> bool) {
         self.port += 1;
         let from: SocketAddr = client(3, self.port);
+        self.turns(from, app, limit, done);
+        self.net.set_unreachable(from, true);
+    }
+
+    fn turns<A: Application>(
+        &mut self,
+        from: SocketAddr,
+        app: &mut A,
+        limit: Duration,
+        done: impl Fn(&A) -> bool,
+    ) {
         let mut driver = Driver::with_datapaths(
             vec![self.net.path(from, Behaviour::default())],
             EndpointConfig::default(),
@@ -268,8 +285,13 @@ impl Bench {
 
     /// What `script` gets within two seconds, or once its connection is lost.
     fn raw(&mut self, script: Script) -> Raw {
+        self.raw_with(test_client::config(), script)
+    }
+
+    /// The same with the client's `config`.
+    fn raw_with(&mut self, config: quinn_proto::ClientConfig, script: Script) -> Raw {
         let mut raw = Raw {
-            config: Some(test_client::config()),
+            config: Some(config),
             script,
             requests: Vec::new(),
             received: HashMap::new(),
@@ -456,24 +478,137 @@ fn a_second_qpack_encoder_stream_closes_the_connection() {
     b.still_serving();
 }
 
-/// 200 KB of junk on the QPACK encoder stream. `h3` 0.0.8 never reads that stream (it uses
-/// no dynamic table, so QPACK_ENCODER_STREAM_ERROR cannot be raised): what it costs the
-/// server is what the mailbox reads ahead, at most `RECV_HELD`; the rest waits in
-/// quinn-proto under flow control. Requests on the same connection are still answered.
+/// `h3` 0.0.8 never reads the QPACK encoder stream; the mailbox's guard does. With no
+/// dynamic table (capacity 0), an insertion is an error (RFC 9204 section 4.3); 200 KB of
+/// the one instruction allowed, a capacity of 0, costs nothing held and the request on the
+/// same connection is answered.
 #[test]
-fn junk_on_the_qpack_encoder_stream_costs_at_most_the_read_ahead() {
+fn an_encoder_instruction_for_a_table_of_capacity_zero_closes_the_connection() {
     let mut b = Bench::new();
     let raw = b.raw(|conn| {
         write(conn, Dir::Uni, &control(), false);
-        write(conn, Dir::Uni, &encoder_stream(&vec![0xff; 200_000]), false);
+        // Insert with literal name "a", value "b".
+        write(
+            conn,
+            Dir::Uni,
+            &encoder_stream(&[0x41, b'a', 0x01, b'b']),
+            false,
+        );
+        Vec::new()
+    });
+    // QPACK_ENCODER_STREAM_ERROR.
+    closed_with(&raw, 0x201);
+    b.still_serving();
+}
+
+#[test]
+fn setting_the_capacity_to_zero_is_taken_and_costs_nothing_held() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        write(conn, Dir::Uni, &encoder_stream(&[0x20; 50_000]), false);
         vec![write(conn, Dir::Bi, &frame(HEADERS, &get("/5", 0)), true)]
     });
     assert_eq!(raw.lost, None);
     assert!(raw.answered(0, &pattern_body(5)), "{:?}", raw.received);
-    let held = b.app.h3_most_held();
+    // The request and the streams' types, not the 50 KB of instructions.
+    let held = b.app.h3_peak_held();
+    assert!((1..1000).contains(&held), "held {held} B");
+    b.still_serving();
+}
+
+/// A decoder's acknowledgment of a section with no dynamic reference, which `h3` never
+/// sends, is an error (RFC 9204 section 4.4.1).
+#[test]
+fn a_section_acknowledgment_nothing_asked_for_closes_the_connection() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        let mut decoder = Vec::new();
+        varint(QPACK_DECODER, &mut decoder);
+        // Stream cancellations (allowed), then a section acknowledgment for stream 0.
+        decoder.extend_from_slice(&[0x40, 0x44, 0x80]);
+        write(conn, Dir::Uni, &decoder, false);
+        Vec::new()
+    });
+    // QPACK_DECODER_STREAM_ERROR.
+    closed_with(&raw, 0x202);
+    b.still_serving();
+}
+
+/// A HEADERS frame that announces a gigabyte: `h3` would read it whole before looking. The
+/// guard refuses it at its length: that request's stream ends with H3_EXCESSIVE_LOAD (both
+/// ways), the one beside it is answered, and the connection goes on.
+#[test]
+fn a_frame_over_the_size_limit_ends_its_stream_at_once() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        let mut huge = Vec::new();
+        varint(HEADERS, &mut huge);
+        varint(1 << 30, &mut huge);
+        huge.extend_from_slice(&[0x41; 20_000]);
+        vec![
+            write(conn, Dir::Bi, &huge, false),
+            write(conn, Dir::Bi, &frame(HEADERS, &get("/9", 0)), true),
+        ]
+    });
+    assert_eq!(raw.lost, None, "not a connection error");
+    assert_eq!(
+        raw.reset.get(&raw.requests[0]),
+        Some(&0x107),
+        "{:?}",
+        raw.reset
+    );
+    assert!(raw.answered(1, &pattern_body(9)), "{:?}", raw.received);
+    assert!(b.app.h3_peak_held() < 1000, "{}", b.app.h3_peak_held());
+    b.still_serving();
+}
+
+/// The same on the control stream, which `h3` reads for the connection's life: a reserved
+/// frame type announcing a megabyte closes the connection with H3_EXCESSIVE_LOAD.
+#[test]
+fn a_control_frame_over_the_size_limit_closes_the_connection() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        let mut c = control();
+        varint(0x21, &mut c);
+        varint(1 << 20, &mut c);
+        c.extend_from_slice(&[0; 10_000]);
+        write(conn, Dir::Uni, &c, false);
+        Vec::new()
+    });
+    closed_with(&raw, 0x107);
+    b.still_serving();
+}
+
+/// Request bodies, which the server does not read: the mailbox reads them ahead of `h3`
+/// (up to `RECV_HELD` each) while the responses go out (slowly: the client's stream window
+/// is 8 KiB), but with the smallest window it holds at most half of it for the connection
+/// (the other half is quinn-proto's), and the requests are still answered.
+#[test]
+fn what_a_connection_holds_for_h3_stays_within_half_its_window() {
+    let mut b = Bench::with(super::minimal_budget());
+    let raw = b.raw_with(test_client::config_with_stream_window(8 * 1024), |conn| {
+        write(conn, Dir::Uni, &control(), false);
+        (0..4)
+            .map(|i| {
+                let mut request = frame(HEADERS, &get(&format!("/{}", 200_000 + i), 0));
+                request.extend(frame(DATA, &[0x55; 12_000]));
+                write(conn, Dir::Bi, &request, true)
+            })
+            .collect()
+    });
+    assert_eq!(raw.lost, None);
+    for i in 0..4 {
+        assert!(raw.answered(i, &pattern_body(200_000 + i as u64)), "{i}");
+    }
+    let held = b.app.h3_peak_held();
+    let limit = usize::try_from(MIN_WINDOW / 2).unwrap();
+    // Without the limit all four bodies (48 KB) are read at once.
     assert!(
-        (1..=RECV_HELD).contains(&held),
-        "held {held} B read ahead of h3"
+        (20_000..=limit).contains(&held),
+        "held {held} B, limit {limit}"
     );
     b.still_serving();
 }
