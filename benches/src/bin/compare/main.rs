@@ -15,6 +15,10 @@
 //! --concurrency C` against neqo-server (at each worker count and I/O mode) and the msquic
 //! server, server CPU per GB, Gbit/s, latency and memory for each C.
 //!
+//! With `--stacks [--processes 1,64]` it measures the server's cost with clients of other
+//! stacks instead (`stacks.rs`): C processes of quinn's client and of the msquic peer's, one
+//! connection each, against neqo-server and the msquic server.
+//!
 //! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin,
 //! `msquic-peer` with its `msquic` feature, and `tcp-tls` from benches) and says which pairs
 //! it skipped and why.
@@ -33,6 +37,7 @@ use std::{
 
 mod curve;
 mod netns;
+mod stacks;
 
 use test_fixtures::{
     BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, Impl, Server, cargo_build, release_binary, run,
@@ -190,6 +195,8 @@ struct Args {
     io: Vec<&'static str>,
     /// Run the pairs in a network namespace whose loopback has this MTU.
     mtu: Option<u32>,
+    /// Clients of other stacks, at these counts of processes, instead of the pairs.
+    stacks: Option<Vec<u64>>,
 }
 
 /// The curve's concurrencies unless `--concurrency` says otherwise.
@@ -245,6 +252,7 @@ fn parse_args() -> Result<Args, String> {
         workers: vec![None],
         io: vec!["batched"],
         mtu: None,
+        stacks: None,
     };
     let mut levels = None;
     let mut workers = None;
@@ -285,12 +293,32 @@ fn parse_args() -> Result<Args, String> {
                     })?;
             }
             "--curve" => a.curve = Some(CURVE_LEVELS.to_vec()),
+            "--stacks" => a.stacks = Some(vec![1, 64]),
+            "--processes" => {
+                let v = value("--processes")?;
+                a.stacks = Some(
+                    v.split(',')
+                        .map(|c| {
+                            c.trim()
+                                .parse()
+                                .ok()
+                                .filter(|n| (1..=stacks::MAX_PROCESSES).contains(n))
+                                .ok_or_else(|| {
+                                    format!(
+                                        "--processes: expected 1..={} each, got {c:?}",
+                                        stacks::MAX_PROCESSES
+                                    )
+                                })
+                        })
+                        .collect::<Result<_, _>>()?,
+                );
+            }
             "--concurrency" => levels = Some(parse_levels(&value("--concurrency")?)?),
             "--workers" => workers = Some(parse_workers(&value("--workers")?)?),
             "--io" => io = Some(parse_io_modes(&value("--io")?)?),
             "-h" | "--help" => {
                 println!(
-                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--io M1,M2,...] [--runs N] [--bytes B] [--no-build]"
+                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--io M1,M2,...] [--runs N] [--bytes B] [--no-build]\n       compare --stacks [--processes C1,C2,...] [--runs N] [--bytes B] [--no-build]"
                 );
                 std::process::exit(0);
             }
@@ -301,6 +329,9 @@ fn parse_args() -> Result<Args, String> {
         (Some(l), Some(c)) => *c = l,
         (Some(_), None) => return Err("--concurrency: only with --curve".to_owned()),
         (None, _) => {}
+    }
+    if a.stacks.is_some() && (a.curve.is_some() || a.mtu.is_some()) {
+        return Err("--stacks (or --processes): not with --curve or --mtu".to_owned());
     }
     if a.mtu.is_some() && a.curve.is_some() {
         return Err("--mtu: only for the pairs, not with --curve".to_owned());
@@ -576,6 +607,15 @@ fn main() -> ExitCode {
         }
     };
     let peers = prepare(args.build);
+    if let Some(processes) = &args.stacks {
+        let bytes = args.bytes.unwrap_or(256 << 20);
+        let failed = stacks::stacks(&peers, processes, bytes, args.runs.unwrap_or(3), args.build);
+        if failed > 0 {
+            eprintln!("compare: {failed} point(s) failed");
+            return ExitCode::FAILURE;
+        }
+        return ExitCode::SUCCESS;
+    }
     if let Some(levels) = &args.curve {
         let bytes = args.bytes.unwrap_or(256 << 20);
         let failed = curve::curve(

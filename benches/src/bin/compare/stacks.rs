@@ -1,0 +1,267 @@
+//! `compare --stacks`: the server's cost where other stacks' clients meet it. For each count
+//! C of client processes, C processes of one client stack (quinn's, as `quinn-load`, and
+//! the msquic peer's client), one connection each as users' clients are, download `--bytes`
+//! in all (at least 1 MiB each, in 1 MiB requests one after another, every byte verified)
+//! from neqo-server (its defaults) and from the msquic server in turn. Per stack, C and
+//! server: the server's CPU seconds per GB (its process's user + system time over the bytes
+//! served) and the aggregate Gbit/s; the clients share the cores with the server.
+
+use std::{fmt::Write as _, process::Command, time::Duration};
+
+use test_fixtures::{Impl, Measured, Server, cargo_build, release_binary, run};
+
+use super::{JsonFile, Peers};
+
+/// `cargo build --release` arguments for `quinn-load`.
+const BUILD_QUINN_LOAD: &[&str] = &["-p", "benches", "--bin", "quinn-load"];
+
+/// The request size, as on the curve.
+const REQUEST: u64 = 1 << 20;
+
+/// The most client processes at once.
+pub(super) const MAX_PROCESSES: u64 = 256;
+
+/// The client stacks measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stack {
+    Quinn,
+    Msquic,
+}
+
+impl Stack {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Quinn => "quinn",
+            Self::Msquic => "msquic",
+        }
+    }
+
+    fn command(self, url: &str, requests: u64, json: &JsonFile) -> Command {
+        let n = requests.to_string();
+        match self {
+            Self::Quinn => {
+                let mut c = Command::new(release_binary("quinn-load"));
+                c.args([url, "-n", &n, "--json"]).arg(&json.0);
+                c
+            }
+            Self::Msquic => {
+                let mut c = Command::new(release_binary("msquic-peer"));
+                c.args(["client", url, "--insecure", "-n", &n]);
+                c
+            }
+        }
+    }
+}
+
+fn server_command(server: Impl) -> Command {
+    match server {
+        Impl::Neqo => {
+            let mut c = Command::new(release_binary("neqo-server"));
+            c.args(["--listen", "127.0.0.1:0", "--alpn", "hq-interop"]);
+            c
+        }
+        Impl::Msquic => {
+            let mut c = Command::new(release_binary("msquic-peer"));
+            c.args(["server", "--listen", "127.0.0.1:0", "--alpn", "hq-interop"]);
+            c
+        }
+    }
+}
+
+/// One run's figures at one point: the server's CPU per GB and the aggregate rate.
+#[derive(Debug, Default)]
+struct Point {
+    cpu_s_per_gb: Vec<f64>,
+    gbps: Vec<f64>,
+}
+
+/// Runs `c` processes of `stack` against `server`, each fetching `requests` of [`REQUEST`].
+fn one_run(
+    stack: Stack,
+    server: Impl,
+    (c, requests): (u64, u64),
+    (index, run_no): (usize, usize),
+    point: &mut Point,
+) -> Result<(), String> {
+    let srv = Server::start(&mut server_command(server), Duration::from_secs(20))
+        .map_err(|e| format!("server: {e}"))?;
+    let url = format!("https://127.0.0.1:{}/{REQUEST}", srv.addr().port());
+    let total = c * requests * REQUEST;
+    let limit = Duration::from_secs(120 + total / 12_500_000);
+    let jsons: Vec<JsonFile> = (0..c)
+        .map(|i| JsonFile::new(index, run_no, &format!("stacks-{i}")))
+        .collect();
+    let start = std::time::Instant::now();
+    let clients: Vec<std::io::Result<Measured>> = std::thread::scope(|s| {
+        let handles: Vec<_> = jsons
+            .iter()
+            .map(|json| {
+                let mut cmd = stack.command(&url, requests, json);
+                s.spawn(move || run(&mut cmd, limit))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("panicked")))
+            })
+            .collect()
+    });
+    let wall = start.elapsed();
+    let srv = srv.stop().map_err(|e| format!("server: {e}"))?;
+    for (client, json) in clients.into_iter().zip(&jsons) {
+        let client = client.map_err(|e| format!("client: {e}"))?;
+        if !client.success() {
+            let why = client.last_stderr_line().unwrap_or("no message");
+            return Err(format!(
+                "{} client: {}: {why}",
+                stack.name(),
+                client.ending()
+            ));
+        }
+        // quinn-load says what it verified; the msquic peer's client exits 0 only when every
+        // body was whole and matched.
+        if stack == Stack::Quinn {
+            let got = json
+                .take()
+                .get("bytes_received")
+                .and_then(serde_json::Value::as_u64);
+            if got != Some(requests * REQUEST) {
+                return Err(format!(
+                    "quinn client: {got:?} bytes of {}",
+                    requests * REQUEST
+                ));
+            }
+        }
+    }
+    #[expect(clippy::cast_precision_loss, reason = "a rate")]
+    let gb = total as f64 / 1e9;
+    point.cpu_s_per_gb.push(srv.cpu().as_secs_f64() / gb);
+    point.gbps.push(gb * 8.0 / wall.as_secs_f64());
+    Ok(())
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| {
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            f64::midpoint(v[n / 2 - 1], v[n / 2])
+        }
+    })
+}
+
+fn cell(p: Option<&Point>, f: fn(&Point) -> &Vec<f64>, digits: usize) -> String {
+    p.and_then(|p| median(f(p)))
+        .map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+/// Measures and prints the table; returns the points that failed.
+pub(super) fn stacks(
+    peers: &Peers,
+    processes: &[u64],
+    bytes: u64,
+    runs: usize,
+    build: bool,
+) -> usize {
+    if let Some(why) = peers
+        .neqo_missing
+        .as_ref()
+        .or(peers.msquic_missing.as_ref())
+    {
+        eprintln!("compare --stacks: needs neqo-server and msquic-peer: {why}");
+        return 1;
+    }
+    if build {
+        eprintln!("building quinn-load (release)...");
+        if let Err(e) = cargo_build(BUILD_QUINN_LOAD) {
+            eprintln!("compare --stacks: {e}");
+            return 1;
+        }
+    }
+    let stacks = [Stack::Quinn, Stack::Msquic];
+    let servers = [Impl::Neqo, Impl::Msquic];
+    let mut points: Vec<((Stack, u64, Impl), Point)> = Vec::new();
+    let mut failed = 0;
+    for run_no in 0..runs {
+        for &c in processes {
+            let requests = (bytes / c / REQUEST).max(1);
+            for stack in stacks {
+                for server in servers {
+                    let key = (stack, c, server);
+                    let index = match points.iter().position(|(k, _)| *k == key) {
+                        Some(i) => i,
+                        None => {
+                            points.push((key, Point::default()));
+                            points.len() - 1
+                        }
+                    };
+                    eprintln!(
+                        "run {}/{runs}: {c} {} client(s) against {}...",
+                        run_no + 1,
+                        stack.name(),
+                        server.name()
+                    );
+                    if let Err(e) = one_run(
+                        stack,
+                        server,
+                        (c, requests),
+                        (index, run_no),
+                        &mut points[index].1,
+                    ) {
+                        eprintln!(
+                            "compare --stacks: {c} {} against {}: {e}",
+                            stack.name(),
+                            server.name()
+                        );
+                        failed += 1;
+                    }
+                }
+            }
+        }
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let find = |k: (Stack, u64, Impl)| points.iter().find(|(key, _)| *key == k).map(|(_, p)| p);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all (at least 1 MiB each, 1 MiB requests) from neqo-server (defaults) and the msquic server on 127.0.0.1; {runs} run(s), medians; clients and server share {cores} cores.\n"
+    );
+    for (title, f, digits) in [
+        (
+            "server CPU s/GB, neqo-server / msquic",
+            (|p: &Point| &p.cpu_s_per_gb) as fn(&Point) -> &Vec<f64>,
+            2,
+        ),
+        ("Gbit/s, neqo-server / msquic", |p: &Point| &p.gbps, 2),
+    ] {
+        let _ = write!(out, "| {title} |");
+        for c in processes {
+            let _ = write!(out, " C = {c} |");
+        }
+        let _ = write!(out, "\n|---|");
+        for _ in processes {
+            let _ = write!(out, "---:|");
+        }
+        out.push('\n');
+        for stack in stacks {
+            let _ = write!(out, "| {} |", stack.name());
+            for &c in processes {
+                let _ = write!(
+                    out,
+                    " {} / {} |",
+                    cell(find((stack, c, Impl::Neqo)), f, digits),
+                    cell(find((stack, c, Impl::Msquic)), f, digits)
+                );
+            }
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    println!("{out}");
+    failed
+}
