@@ -4,7 +4,9 @@
 //! in all (at least 1 MiB each, in 1 MiB requests one after another, every byte verified)
 //! from neqo-server (its defaults) and from the msquic server in turn. Per stack, C and
 //! server: the server's CPU seconds per GB (its process's user + system time over the bytes
-//! served) and the aggregate Gbit/s; the clients share the cores with the server.
+//! served) and the aggregate Gbit/s; the clients share the cores with the server. For
+//! neqo-server also what its report says the load cost it per GB: datagrams received (nearly
+//! all ACKs), send syscalls, wake-ups (socket and timer), packets declared lost.
 
 use std::{fmt::Write as _, process::Command, time::Duration};
 
@@ -53,11 +55,12 @@ impl Stack {
     }
 }
 
-fn server_command(server: Impl) -> Command {
+fn server_command(server: Impl, json: &JsonFile) -> Command {
     match server {
         Impl::Neqo => {
             let mut c = Command::new(release_binary("neqo-server"));
-            c.args(["--listen", "127.0.0.1:0", "--alpn", "hq-interop"]);
+            c.args(["--listen", "127.0.0.1:0", "--alpn", "hq-interop", "--json"])
+                .arg(&json.0);
             c
         }
         Impl::Msquic => {
@@ -68,12 +71,35 @@ fn server_command(server: Impl) -> Command {
     }
 }
 
-/// One run's figures at one point: the server's CPU per GB and the aggregate rate.
+/// One run's figures at one point: the server's CPU per GB and the aggregate rate, and
+/// for neqo-server thousands per GB of what its report counts ([`COUNTS`]).
 #[derive(Debug, Default)]
 struct Point {
     cpu_s_per_gb: Vec<f64>,
     gbps: Vec<f64>,
+    /// UDP datagrams the kernel dropped for a full receive buffer, anywhere on the machine
+    /// (nearly all at the clients: the server's buffers are large), thousands per GB.
+    drops_k_per_gb: Vec<f64>,
+    counts_k_per_gb: [Vec<f64>; COUNTS.len()],
 }
+
+/// The kernel's count of UDP datagrams dropped for a full receive buffer (`RcvbufErrors` in
+/// `/proc/net/snmp`), where there is one.
+fn rcvbuf_errors() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// What neqo-server's report counts that the load drives, by JSON pointer(s) summed.
+const COUNTS: [(&str, &[&str]); 4] = [
+    ("datagrams received", &["/socket/rx/datagrams"]),
+    ("send syscalls", &["/socket/tx/syscalls"]),
+    ("wake-ups", &["/driver/io_wakes", "/driver/timer_wakes"]),
+    ("packets lost", &["/driver/lost_packets"]),
+];
 
 /// Runs `c` processes of `stack` against `server`, each fetching `requests` of [`REQUEST`].
 fn one_run(
@@ -83,14 +109,19 @@ fn one_run(
     (index, run_no): (usize, usize),
     point: &mut Point,
 ) -> Result<(), String> {
-    let srv = Server::start(&mut server_command(server), Duration::from_secs(20))
-        .map_err(|e| format!("server: {e}"))?;
+    let server_json = JsonFile::new(index, run_no, "stacks-server");
+    let srv = Server::start(
+        &mut server_command(server, &server_json),
+        Duration::from_secs(20),
+    )
+    .map_err(|e| format!("server: {e}"))?;
     let url = format!("https://127.0.0.1:{}/{REQUEST}", srv.addr().port());
     let total = c * requests * REQUEST;
     let limit = Duration::from_secs(120 + total / 12_500_000);
     let jsons: Vec<JsonFile> = (0..c)
         .map(|i| JsonFile::new(index, run_no, &format!("stacks-{i}")))
         .collect();
+    let drops_before = rcvbuf_errors();
     let start = std::time::Instant::now();
     let clients: Vec<std::io::Result<Measured>> = std::thread::scope(|s| {
         let handles: Vec<_> = jsons
@@ -109,6 +140,9 @@ fn one_run(
             .collect()
     });
     let wall = start.elapsed();
+    let drops = rcvbuf_errors()
+        .zip(drops_before)
+        .map(|(a, b)| a.saturating_sub(b));
     let srv = srv.stop().map_err(|e| format!("server: {e}"))?;
     for (client, json) in clients.into_iter().zip(&jsons) {
         let client = client.map_err(|e| format!("client: {e}"))?;
@@ -139,6 +173,24 @@ fn one_run(
     let gb = total as f64 / 1e9;
     point.cpu_s_per_gb.push(srv.cpu().as_secs_f64() / gb);
     point.gbps.push(gb * 8.0 / wall.as_secs_f64());
+    if let Some(d) = drops {
+        #[expect(clippy::cast_precision_loss, reason = "a rate")]
+        point.drops_k_per_gb.push(d as f64 / gb / 1000.0);
+    }
+    if server == Impl::Neqo {
+        let report = server_json.take();
+        for ((_, pointers), v) in COUNTS.iter().zip(&mut point.counts_k_per_gb) {
+            let n: Option<u64> = pointers
+                .iter()
+                .map(|p| report.pointer(p).and_then(serde_json::Value::as_u64))
+                .sum();
+            match n {
+                #[expect(clippy::cast_precision_loss, reason = "a rate")]
+                Some(n) => v.push(n as f64 / gb / 1000.0),
+                None => return Err(format!("neqo-server's report has no {pointers:?}")),
+            }
+        }
+    }
     Ok(())
 }
 
@@ -238,6 +290,11 @@ pub(super) fn stacks(
             2,
         ),
         ("Gbit/s, neqo-server / msquic", |p: &Point| &p.gbps, 2),
+        (
+            "receive-buffer drops [k/GB], neqo-server / msquic",
+            |p: &Point| &p.drops_k_per_gb,
+            1,
+        ),
     ] {
         let _ = write!(out, "| {title} |");
         for c in processes {
@@ -259,6 +316,31 @@ pub(super) fn stacks(
                 );
             }
             out.push('\n');
+        }
+        out.push('\n');
+    }
+    let _ = write!(out, "| neqo-server, per GB [thousands] |");
+    for c in processes {
+        for stack in stacks {
+            let _ = write!(out, " {}, C = {c} |", stack.name());
+        }
+    }
+    let _ = write!(out, "\n|---|");
+    for _ in 0..processes.len() * stacks.len() {
+        let _ = write!(out, "---:|");
+    }
+    out.push('\n');
+    for (i, (what, _)) in COUNTS.iter().enumerate() {
+        let _ = write!(out, "| {what} |");
+        for &c in processes {
+            for stack in stacks {
+                let v = find((stack, c, Impl::Neqo)).and_then(|p| median(&p.counts_k_per_gb[i]));
+                let _ = write!(
+                    out,
+                    " {} |",
+                    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
+                );
+            }
         }
         out.push('\n');
     }
