@@ -191,7 +191,7 @@ fn datagrams_sent_k_per_gb(report: &serde_json::Value, gb: f64) -> Option<f64> {
     Some(sent as f64 / gb / 1000.0)
 }
 
-fn median(v: &[f64]) -> Option<f64> {
+pub(super) fn median(v: &[f64]) -> Option<f64> {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {

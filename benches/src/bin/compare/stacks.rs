@@ -12,7 +12,7 @@ use std::{fmt::Write as _, process::Command, time::Duration};
 
 use test_fixtures::{Impl, Measured, Server, cargo_build, release_binary, run};
 
-use super::{JsonFile, Peers};
+use super::{JsonFile, Peers, curve::median};
 
 /// `cargo build --release` arguments for `quinn-load`.
 const BUILD_QUINN_LOAD: &[&str] = &["-p", "benches", "--bin", "quinn-load"];
@@ -192,19 +192,6 @@ fn one_run(
         }
     }
     Ok(())
-}
-
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    (!v.is_empty()).then(|| {
-        let n = v.len();
-        if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            f64::midpoint(v[n / 2 - 1], v[n / 2])
-        }
-    })
 }
 
 fn cell(p: Option<&Point>, f: fn(&Point) -> &Vec<f64>, digits: usize) -> String {
