@@ -17,7 +17,8 @@
 //!
 //! With `--stacks [--processes 1,64]` it measures the server's cost with clients of other
 //! stacks instead (`stacks.rs`): C processes of quinn's client and of the msquic peer's, one
-//! connection each, against neqo-server and the msquic server.
+//! connection each, against neqo-server and the msquic server (`--server-arg ARG`, repeatable,
+//! adds to neqo-server's command line: `--server-arg --ack-every=32`).
 //!
 //! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin,
 //! `msquic-peer` with its `msquic` feature, and `tcp-tls` from benches) and says which pairs
@@ -197,6 +198,8 @@ struct Args {
     mtu: Option<u32>,
     /// Clients of other stacks, at these counts of processes, instead of the pairs.
     stacks: Option<Vec<u64>>,
+    /// More arguments for neqo-server in `--stacks` (`--server-arg`, repeatable).
+    server_args: Vec<String>,
 }
 
 /// The curve's concurrencies unless `--concurrency` says otherwise.
@@ -253,6 +256,7 @@ fn parse_args() -> Result<Args, String> {
         io: vec!["batched"],
         mtu: None,
         stacks: None,
+        server_args: Vec::new(),
     };
     let mut levels = None;
     let mut workers = None;
@@ -294,6 +298,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--curve" => a.curve = Some(CURVE_LEVELS.to_vec()),
             "--stacks" => a.stacks = Some(vec![1, 64]),
+            "--server-arg" => a.server_args.push(value("--server-arg")?),
             "--processes" => {
                 let v = value("--processes")?;
                 a.stacks = Some(
@@ -318,7 +323,7 @@ fn parse_args() -> Result<Args, String> {
             "--io" => io = Some(parse_io_modes(&value("--io")?)?),
             "-h" | "--help" => {
                 println!(
-                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--io M1,M2,...] [--runs N] [--bytes B] [--no-build]\n       compare --stacks [--processes C1,C2,...] [--runs N] [--bytes B] [--no-build]"
+                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--io M1,M2,...] [--runs N] [--bytes B] [--no-build]\n       compare --stacks [--processes C1,C2,...] [--server-arg ARG]... [--runs N] [--bytes B] [--no-build]"
                 );
                 std::process::exit(0);
             }
@@ -332,6 +337,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if a.stacks.is_some() && (a.curve.is_some() || a.mtu.is_some()) {
         return Err("--stacks (or --processes): not with --curve or --mtu".to_owned());
+    }
+    if !a.server_args.is_empty() && a.stacks.is_none() {
+        return Err("--server-arg: only with --stacks".to_owned());
     }
     if a.mtu.is_some() && a.curve.is_some() {
         return Err("--mtu: only for the pairs, not with --curve".to_owned());
@@ -609,7 +617,13 @@ fn main() -> ExitCode {
     let peers = prepare(args.build);
     if let Some(processes) = &args.stacks {
         let bytes = args.bytes.unwrap_or(256 << 20);
-        let failed = stacks::stacks(&peers, processes, bytes, args.runs.unwrap_or(3), args.build);
+        let failed = stacks::stacks(
+            &peers,
+            (processes, &args.server_args),
+            bytes,
+            args.runs.unwrap_or(3),
+            args.build,
+        );
         if failed > 0 {
             eprintln!("compare: {failed} point(s) failed");
             return ExitCode::FAILURE;

@@ -55,12 +55,13 @@ impl Stack {
     }
 }
 
-fn server_command(server: Impl, json: &JsonFile) -> Command {
+fn server_command(server: Impl, json: &JsonFile, neqo_args: &[String]) -> Command {
     match server {
         Impl::Neqo => {
             let mut c = Command::new(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--alpn", "hq-interop", "--json"])
-                .arg(&json.0);
+                .arg(&json.0)
+                .args(neqo_args);
             c
         }
         Impl::Msquic => {
@@ -104,14 +105,14 @@ const COUNTS: [(&str, &[&str]); 4] = [
 /// Runs `c` processes of `stack` against `server`, each fetching `requests` of [`REQUEST`].
 fn one_run(
     stack: Stack,
-    server: Impl,
+    (server, neqo_args): (Impl, &[String]),
     (c, requests): (u64, u64),
     (index, run_no): (usize, usize),
     point: &mut Point,
 ) -> Result<(), String> {
     let server_json = JsonFile::new(index, run_no, "stacks-server");
     let srv = Server::start(
-        &mut server_command(server, &server_json),
+        &mut server_command(server, &server_json, neqo_args),
         Duration::from_secs(20),
     )
     .map_err(|e| format!("server: {e}"))?;
@@ -202,7 +203,7 @@ fn cell(p: Option<&Point>, f: fn(&Point) -> &Vec<f64>, digits: usize) -> String 
 /// Measures and prints the table; returns the points that failed.
 pub(super) fn stacks(
     peers: &Peers,
-    processes: &[u64],
+    (processes, neqo_args): (&[u64], &[String]),
     bytes: u64,
     runs: usize,
     build: bool,
@@ -247,7 +248,7 @@ pub(super) fn stacks(
                     );
                     if let Err(e) = one_run(
                         stack,
-                        server,
+                        (server, neqo_args),
                         (c, requests),
                         (index, run_no),
                         &mut points[index].1,
@@ -268,7 +269,12 @@ pub(super) fn stacks(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all (at least 1 MiB each, 1 MiB requests) from neqo-server (defaults) and the msquic server on 127.0.0.1; {runs} run(s), medians; clients and server share {cores} cores.\n"
+        "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all (at least 1 MiB each, 1 MiB requests) from neqo-server ({}) and the msquic server on 127.0.0.1; {runs} run(s), medians; clients and server share {cores} cores.\n",
+        if neqo_args.is_empty() {
+            "defaults".to_owned()
+        } else {
+            neqo_args.join(" ")
+        }
     );
     for (title, f, digits) in [
         (
