@@ -43,8 +43,11 @@ fn retry_resumption_zero_rtt_and_key_updates_are_counted() {
     // server its acceptance), and the server took them.
     assert_eq!(tls.zero_rtt_attempted, 2);
     assert_eq!(tls.zero_rtt_accepted, 1);
-    // One forced update per connection, each answered: four key generations at least
-    // (quinn-proto adds updates of its own).
-    assert_eq!(tls.key_updates_forced, 2);
+    // A forced update per connection, each answered: four key generations at least.
+    // quinn-proto also updates on its own, after a random 10 to 1000 packets of a key phase,
+    // and ignores a forced update while it keeps the previous keys (three PTOs): on a short
+    // transfer that can take the whole of the second connection's, so one forced update is
+    // all the client may get (3 runs in 40 here). Never none, never more than one each.
+    assert!((1..=2).contains(&tls.key_updates_forced), "{tls:?}");
     assert!(tls.key_updates >= 4, "{tls:?}");
 }
