@@ -7,14 +7,17 @@
 //! that late wake-ups do not cost rate. A connection waiting for the pacer is released when
 //! its bucket holds a release's worth ([`Pacer::release_wait`]): [`QUANTUM`] of the rate per
 //! connection the driver paces at once, at least a datagram, at most a run
-//! ([`Pacer::run_limit`]: [`BURST_DATAGRAMS`] at modest rates).
+//! ([`Pacer::run_limit`]).
 //!
 //! One paced connection is released every 250 us. Each release costs the driver a wake-up, a
-//! poll and a send message, so n connections released every 250 us each would cost n times
-//! the releases of one, in runs n times shorter at the same aggregate rate (at 1000
-//! connections, one datagram each). Waiting for n times the quantum holds the driver to
-//! about one release per [`QUANTUM`] whatever the number of connections, while the aggregate
-//! leaving the socket stays as smooth; no connection bursts more than a run. With
+//! poll and a send message, and it wakes the receiver, whose acknowledgment the driver then
+//! reads, so n connections released every 250 us each would cost n times the releases of
+//! one, in runs n times shorter at the same aggregate rate (at 1000 connections, one datagram
+//! each). Waiting for n times the quantum holds the driver to about one release per
+//! [`QUANTUM`] whatever the number of connections, while the aggregate leaving the socket
+//! stays as smooth. A run is [`BURST_DATAGRAMS`] where the quantum of the rate is less; for
+//! a release shared among many connections it may be more, up to [`MAX_RELEASE`] and a
+//! quarter of cwnd: a fixed 10 there would have every run acknowledged on its own. With
 //! [`PreciseTimer`] (Linux) wake-ups come only
 //! microseconds late, so the bucket stays small and runs short; on tokio's timers (elsewhere)
 //! the lateness makes the bucket about a millisecond of the rate, as it must be to sustain
@@ -39,6 +42,13 @@ pub const QUANTUM: Duration = Duration::from_micros(250);
 /// The least the bucket holds, in datagrams (as Linux's TSO autosizing and Chromium's "lumpy"
 /// pacing, two).
 pub const MIN_BURST: usize = 2;
+
+/// The most one release carries however many connections share the driver: a GSO
+/// super-packet's worth, as Linux's TSO autosizing caps a TCP burst.
+pub const MAX_RELEASE: usize = 65_536;
+
+/// A release carries at most this share of cwnd, so a window still leaves in spaced parts.
+const RELEASE_CWND_DIVISOR: f64 = 4.0;
 
 /// Deadlines nearer than this are waited for on the [`PreciseTimer`] when pacing, beyond it on
 /// tokio's timer.
@@ -94,14 +104,17 @@ impl Pacer {
         GAIN * cwnd as f64 / rtt.as_secs_f64().max(1e-6)
     }
 
-    /// The most `mtu`-sized datagrams one transmit may carry at this rate: [`BURST_DATAGRAMS`],
-    /// or the bucket's [`QUANTUM`] of the rate (at most cwnd) where that is more.
+    /// The most `mtu`-sized datagrams one transmit may carry at this rate, for a release that
+    /// waits for `wait` of it: [`BURST_DATAGRAMS`], or more where the bucket's [`QUANTUM`] of
+    /// the rate (at most cwnd) or the release (at most [`MAX_RELEASE`] and a quarter of cwnd)
+    /// is more.
     ///
     /// Runs of one connection in one send round leave back to back anyway, so what bounds a
     /// burst on the wire is the bucket, not this limit; a fixed 10 would only multiply
     /// transmits (and their per-transmit cost) where the rate is high. Where 250 us of the
     /// rate is under 10 datagrams the limit stays 10, so a late wake-up's catch-up still
-    /// leaves in runs of at most 10.
+    /// leaves in runs of at most 10. A connection alone waits for [`QUANTUM`], so only a
+    /// release shared among connections is ever longer than that.
     #[must_use]
     #[expect(
         clippy::cast_precision_loss,
@@ -109,9 +122,14 @@ impl Pacer {
         clippy::cast_sign_loss,
         reason = "token arithmetic in floating point, results bounded"
     )]
-    pub fn run_limit(rate: f64, cwnd: u64, mtu: usize) -> usize {
-        let quantum = (rate * QUANTUM.as_secs_f64()).min(cwnd as f64) / mtu.max(1) as f64;
-        (quantum as usize).max(BURST_DATAGRAMS)
+    pub fn run_limit(rate: f64, cwnd: u64, mtu: usize, wait: Duration) -> usize {
+        let mtu = mtu.max(1) as f64;
+        let quantum = (rate * QUANTUM.as_secs_f64()).min(cwnd as f64) / mtu;
+        let shared = (rate * wait.as_secs_f64())
+            .min(MAX_RELEASE as f64)
+            .min(cwnd as f64 / RELEASE_CWND_DIVISOR)
+            / mtu;
+        (quantum.max(shared) as usize).max(BURST_DATAGRAMS)
     }
 
     /// How many `mtu`-sized datagrams may leave now (at most [`Pacer::run_limit`]), or, when
@@ -145,7 +163,7 @@ impl Pacer {
             Some((at, late)) if at == now => late,
             _ => Duration::ZERO,
         };
-        let run_limit = Self::run_limit(rate, cwnd, mtu);
+        let run_limit = Self::run_limit(rate, cwnd, mtu, wait);
         let cwnd_f = cwnd as f64;
         // What a release waits for: `wait` of the rate, at least a datagram, at most a run.
         let due = (rate * wait.as_secs_f64())
@@ -221,7 +239,10 @@ mod tests {
         let mtu = 1452;
         // 100 Mbit/s: 250 us is 2 datagrams; a 2 ms late wake-up still goes in runs of 10.
         let rate = 100e6 / 8.0;
-        assert_eq!(Pacer::run_limit(rate, 10_000_000, mtu), BURST_DATAGRAMS);
+        assert_eq!(
+            Pacer::run_limit(rate, 10_000_000, mtu, QUANTUM),
+            BURST_DATAGRAMS
+        );
         let t0 = Instant::now();
         let mut p = Pacer::new(t0);
         let rtt = Duration::from_millis(20);
@@ -236,7 +257,7 @@ mod tests {
         // may carry what cwnd holds, up to the bucket.
         let (cwnd, rtt) = (2_000_000, Duration::from_micros(200));
         let rate = Pacer::rate(cwnd, rtt);
-        assert_eq!(Pacer::run_limit(rate, cwnd, mtu), 2_000_000 / mtu);
+        assert_eq!(Pacer::run_limit(rate, cwnd, mtu, QUANTUM), 2_000_000 / mtu);
         let mut p = Pacer::new(t0);
         let _ = p.allowance(t0, cwnd, rtt, mtu, QUANTUM);
         let n = p
@@ -259,14 +280,15 @@ mod tests {
     }
 
     #[test]
-    fn a_waiting_connection_is_released_with_its_share_of_the_rate_at_most_a_run() {
-        // 5 MB/s (40 Mbit/s, one of 100 connections sharing 4 Gbit/s), 1250-byte datagrams.
+    fn a_waiting_connection_is_released_with_its_share_of_the_rate_at_most_a_quarter_of_cwnd() {
+        // 5 MB/s (40 Mbit/s, one of 100 connections sharing 4 Gbit/s), 1250-byte datagrams,
+        // cwnd 80 000 B.
         let (mtu, rtt) = (1250, Duration::from_millis(20));
         let cwnd = (5e6 * rtt.as_secs_f64() / GAIN) as u64;
         let t0 = Instant::now();
-        // Alone: a datagram every 250 us. Four paced: 1 ms, four datagrams. A thousand: a
-        // run of ten (2.5 ms of the rate), not 250 ms of it.
-        for (paced, datagrams) in [(1, 1), (4, 4), (1000, BURST_DATAGRAMS)] {
+        // Alone: a datagram every 250 us. Four paced: 1 ms, four datagrams. Ten: 2.5 ms, ten.
+        // A thousand: a quarter of cwnd (4 ms of the rate), not 250 ms of it.
+        for (paced, datagrams) in [(1, 1), (4, 4), (10, 10), (1000, 16)] {
             let wait = Pacer::release_wait(paced);
             let mut p = Pacer::new(t0);
             let at = p.allowance(t0, cwnd, rtt, mtu, wait).unwrap_err();
@@ -298,6 +320,21 @@ mod tests {
                 "{paced}: {sent}"
             );
         }
+    }
+
+    #[test]
+    fn a_release_is_at_most_64_kib() {
+        // 75 MB/s at 20 ms: cwnd 1.2 MB, so a quarter of it is more than 64 KiB.
+        let (mtu, rtt, cwnd) = (1250, Duration::from_millis(20), 1_200_000);
+        let rate = Pacer::rate(cwnd, rtt);
+        let wait = Pacer::release_wait(1000);
+        assert_eq!(Pacer::run_limit(rate, cwnd, mtu, wait), MAX_RELEASE / mtu);
+        // Alone, the quantum of the rate (15 datagrams) is the run.
+        assert_eq!(Pacer::run_limit(rate, cwnd, mtu, QUANTUM), 15);
+        let t0 = Instant::now();
+        let mut p = Pacer::new(t0);
+        let at = p.allowance(t0, cwnd, rtt, mtu, wait).unwrap_err();
+        assert_eq!(p.allowance(at, cwnd, rtt, mtu, wait), Ok(MAX_RELEASE / mtu));
     }
 
     #[test]
