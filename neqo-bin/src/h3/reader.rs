@@ -9,7 +9,7 @@ use h3::error::Code;
 use quinn_proto::{Connection, ReadError, StreamId};
 
 use super::{
-    guard::{Take, Violation},
+    guard::{Cut, Take, Violation},
     mailbox::{Stream, code},
 };
 
@@ -41,6 +41,8 @@ pub(super) struct Holding {
     pub(super) peak: usize,
     /// Streams left unread because the limit was reached: read again once there is room.
     pub(super) starved: Vec<StreamId>,
+    /// Where the guard cuts a chunk: kept between reads so that reading allocates nothing.
+    cuts: Vec<Cut>,
 }
 
 impl Holding {
@@ -92,7 +94,7 @@ impl Reader<'_> {
         };
         let before = s.recv_held;
         let mut violation = None;
-        let mut cuts = Vec::new();
+        let mut cuts = std::mem::take(&mut self.holding.cuts);
         loop {
             let max = (RECV_HELD - s.recv_held).min(self.holding.room());
             if max == 0 {
@@ -134,6 +136,7 @@ impl Reader<'_> {
             }
         }
         let _ = chunks.finalize();
+        self.holding.cuts = cuts;
         match violation {
             Some(Violation::Stream(c)) => {
                 // Both sides end with the error; `h3` hears it from either.
