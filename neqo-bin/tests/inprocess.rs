@@ -366,7 +366,8 @@ fn congestion_controllers_and_qlog() {
 /// On loopback both pacing modes move 20 MB; no transmit exceeds what the socket allows, and
 /// with pacing off runs grow beyond the paced limit of 10. (Paced runs grow too here, where
 /// 250 us of the rate exceeds 10 datagrams: `Pacer::run_limit`. The impaired tests check that
-/// paced runs stay within 10 on a 100 Mbit/s path.)
+/// paced runs stay within 10 on a 100 Mbit/s path.) At Ethernet's datagram size
+/// (`--max-mtu 1452`): loopback's default 8972 bytes fit 7 to a 64 KiB send.
 #[test]
 fn pacing_switch_bounds_bursts() {
     let probe = {
@@ -380,9 +381,13 @@ fn pacing_switch_bounds_bursts() {
             .max_segments_for(1200)
     };
     for pacing in [true, false] {
-        let s = server_with("127.0.0.1:0", |c| c.pacing = pacing);
+        let s = server_with("127.0.0.1:0", |c| {
+            c.pacing = pacing;
+            c.transport.max_mtu = Some(1452);
+        });
         let mut c = client_for(&s, "/20000000");
         c.pacing = pacing;
+        c.transport.max_mtu = Some(1452);
         client::run(c).unwrap();
         let d = s.stop().unwrap().driver;
         let burst = neqo_bin::driver::pacer::BURST_DATAGRAMS as u64;

@@ -39,9 +39,11 @@ pub struct IoArgs {
     /// Idle timeout in seconds (0.001 to 86400).
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     pub idle_timeout: f64,
-    /// The most UDP payload path MTU discovery probes for (1200 to 65527 bytes; default 1452,
-    /// which fits Ethernet), within what the route to the peer carries (the client) or to a
-    /// loopback listen address (the server): 65527 means as much as the route carries.
+    /// The most UDP payload path MTU discovery probes for (1200 to 65527 bytes), within what
+    /// the route to the peer carries: 65527 means as much as the route carries. Default: the
+    /// route's, up to 8972 (a jumbo frame), on the side that sends the data (the server, and
+    /// a client that uploads); 1452 on a client that only downloads and where the route is
+    /// not known.
     #[arg(long)]
     pub max_mtu: Option<u64>,
     /// Ask the peer to acknowledge every N ack-eliciting packets (1 to 1000; default: every

@@ -248,7 +248,14 @@ pub async fn run_until(
         .await??;
     }
     let crypto = tls::client_crypto_with(&config.trust, &config.alpn, &config.cipher_suites)?;
-    config.transport.mtu_upper_bound = tls::mtu_bound(Some(remote), config.transport.max_mtu);
+    // A client that only downloads sends little but ACKs, and quinn-proto probes whenever a
+    // connection has nothing else to send: following the route would cost it a whole search
+    // (docs/path-mtu.md) for nothing. One that uploads follows the route, as the server does.
+    let max_mtu = config
+        .transport
+        .max_mtu
+        .or((config.upload == 0).then_some(tls::DEFAULT_MTU_BOUND));
+    config.transport.mtu_upper_bound = tls::mtu_bound(Some(remote), max_mtu);
     let local: SocketAddr = if remote.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {

@@ -15,7 +15,7 @@ use super::{
     ServerConfig, ServerReport,
     admission::{ClientSource, Decision, Gate},
     budget::{NoWindow, Windows},
-    configs::QlogConfigs,
+    configs::ConnectionConfigs,
     http3::Http3,
     ledger::Ledger,
     metrics::{Board, PUBLISH_EVERY},
@@ -32,7 +32,7 @@ pub(super) struct ServerApp {
     worker: usize,
     gate: Gate,
     windows: Windows,
-    qlog: QlogConfigs,
+    configs: ConnectionConfigs,
     config: ServerConfig,
     requests: Requests,
     http3: Http3,
@@ -59,7 +59,7 @@ impl ServerApp {
             worker,
             gate: Gate::new(worker, config.limits, ledger),
             windows: Windows::new(config.budget),
-            qlog: QlogConfigs::new(base, config.transport.clone()),
+            configs: ConnectionConfigs::new(base, config.transport.clone(), &config.listen),
             config,
             requests: Requests::new(root.clone()),
             http3: Http3::new(root),
@@ -109,7 +109,7 @@ impl Application for ServerApp {
             }
         };
         tracing::trace!("connection from {remote}: a window of {window} B");
-        Admission::Accept(self.qlog.next())
+        Admission::Accept(self.configs.for_peer(remote))
     }
 
     fn accepted(&mut self, ch: ConnectionHandle, conn: &mut Connection, now: Instant) {

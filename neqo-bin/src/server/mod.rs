@@ -10,7 +10,8 @@
 //! - `ledger`: what the workers count together (connections open and half-open, per client
 //!   source too, the arrival rate).
 //! - `budget`: the receive windows, sized so that all together stay within a budget.
-//! - `configs`: the server config of a connection with its own qlog stream.
+//! - `configs`: the server config of a connection that needs its own (a qlog stream, the
+//!   path MTU bound of its peer's route).
 //! - `keys`: the stateless-reset, Retry-token and connection-ID keys, from a secret file or
 //!   random.
 //! - `cid`: the connection IDs: a QUIC-LB server ID and the worker that owns the connection.
@@ -165,9 +166,11 @@ impl ServerConfig {
     }
 }
 
-/// The server's bound for path MTU discovery ([`tls::mtu_bound`]), the smallest over its
+/// The endpoint's bound for path MTU discovery ([`tls::mtu_bound`]), the smallest over its
 /// listen addresses: a loopback address's within what loopback carries; an address that can
-/// reach other hosts has the route of no one peer in particular, so `max_mtu` as given.
+/// reach other hosts has the route of no one peer in particular, so `max_mtu` as given or
+/// [`tls::DEFAULT_MTU_BOUND`], and each connection gets its peer's at admission
+/// ([`configs::ConnectionConfigs`]).
 fn listen_mtu_bound(listen: &[SocketAddr], max_mtu: Option<u16>) -> u16 {
     listen
         .iter()

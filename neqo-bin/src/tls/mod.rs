@@ -21,7 +21,8 @@ pub use identity::{Identity, read_certs};
 pub use suites::CipherSuite;
 pub use transport::{
     ACK_EVERY_MAX_DELAY, CLIENT_KEEP_ALIVE, CongestionControl, DEFAULT_MTU_BOUND,
-    MAX_CONCURRENT_STREAMS, MAX_MTU_BOUND, MIN_MTU_BOUND, TransportOptions, mtu_bound, qlog_label,
+    MAX_CONCURRENT_STREAMS, MAX_MTU_BOUND, MIN_MTU_BOUND, MTU_MINIMUM_CHANGE, ROUTE_MTU_CAP,
+    TransportOptions, mtu_bound, qlog_label,
 };
 
 /// HTTP/0.9 over QUIC.

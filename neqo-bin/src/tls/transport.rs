@@ -44,12 +44,13 @@ pub struct TransportOptions {
     /// PING brings the server the new address.
     pub keep_alive: Option<Duration>,
     /// `--max-mtu`: the most UDP payload path MTU discovery may probe for (1200 to
-    /// [`MAX_MTU_BOUND`], within the route's MTU; [`mtu_bound`]); `None`: [`DEFAULT_MTU_BOUND`].
+    /// [`MAX_MTU_BOUND`], within the route's MTU; [`mtu_bound`]); `None`: the route's, up to
+    /// [`ROUTE_MTU_CAP`].
     pub max_mtu: Option<u16>,
     /// The largest UDP payload path MTU discovery probes up to (quinn-proto's
     /// `MtuDiscoveryConfig::upper_bound`; it starts at 1200), as [`mtu_bound`] picked it from
     /// `max_mtu` and the route: the client sets it for its server, the server for its listen
-    /// addresses.
+    /// addresses and, where they reach other hosts, for each peer at admission.
     pub mtu_upper_bound: u16,
     /// `--ack-every N`: ask the peer to acknowledge every N ack-eliciting packets rather than
     /// every second one, and at the latest after [`ACK_EVERY_MAX_DELAY`] (the ACK frequency
@@ -67,9 +68,21 @@ pub struct TransportOptions {
 /// round trip of that length each time.
 pub const ACK_EVERY_MAX_DELAY: Duration = Duration::from_millis(2);
 
-/// The MTU discovery bound where nothing better is known: 1452 bytes of UDP payload fit a
-/// 1500-byte Ethernet MTU over IPv4 and IPv6 (quinn-proto's default).
+/// The MTU discovery bound where the route is not known (a server's wildcard address before
+/// a peer is known): 1452 bytes of UDP payload fit a 1500-byte Ethernet MTU over IPv4 and
+/// IPv6 (quinn-proto's default).
 pub const DEFAULT_MTU_BOUND: u16 = 1452;
+
+/// The most the search goes to by default where the route is known: a jumbo frame's payload
+/// (a 9000-byte MTU less the IPv4 and UDP headers). Loopback's 64 KiB route would ask for
+/// probes of 30 to 65 KB each, which short connections cannot afford (`docs/path-mtu.md`);
+/// `--max-mtu` asks for more.
+pub const ROUTE_MTU_CAP: u16 = 8972;
+
+/// The search stops once the next probe would change the MTU by less than this (quinn-proto
+/// halves the gap; its default is 20 bytes): two or three probes fewer per connection, for a
+/// result at most this far short of what the path carries.
+pub const MTU_MINIMUM_CHANGE: u16 = 64;
 
 /// The least: every QUIC path carries 1200-byte datagrams (RFC 9000 section 14).
 pub const MIN_MTU_BOUND: u16 = 1200;
@@ -77,25 +90,28 @@ pub const MIN_MTU_BOUND: u16 = 1200;
 /// Most bytes of UDP payload QUIC sends (RFC 9000's `max_udp_payload_size` limit).
 pub const MAX_MTU_BOUND: u16 = 65_527;
 
-/// The bound for path MTU discovery towards `peer`: [`DEFAULT_MTU_BOUND`] unless `max_mtu`
-/// says otherwise, and then `max_mtu` within what the route to `peer` carries where that is
-/// known ([`neqo_udp::max_udp_payload_to`]): `--max-mtu 65527` probes up to the route's MTU,
-/// 8972 bytes on a jumbo-frame interface, 65507 on loopback.
+/// The bound for path MTU discovery towards `peer`: what the route to `peer` carries where
+/// that is known ([`neqo_udp::max_udp_payload_to`]), up to `max_mtu` (`--max-mtu`), or by
+/// default up to [`ROUTE_MTU_CAP`]; where it is not, `max_mtu` or [`DEFAULT_MTU_BOUND`].
+/// So by default 1472 bytes on an Ethernet route, 8972 on a jumbo-frame one and on
+/// loopback; `--max-mtu 65527` probes up to loopback's 65507.
 ///
-/// Probing above the path MTU is safe (lost probes only end the search) but not free:
-/// quinn-proto searches by halving from 1200 to the bound, a dozen padded probes per
-/// connection, each tens of kilobytes up to loopback's 64 KiB, which hundreds of short
-/// connections cannot afford (`docs/path-mtu.md`). Hence a default that fits Ethernet, and
-/// large datagrams where they are asked for.
+/// Probing above the path MTU is safe (lost probes only end the search) but not free: each
+/// probe is a padded datagram of the size tried, sent up to three times if lost, so the
+/// bound and [`MTU_MINIMUM_CHANGE`] set what a connection's search costs
+/// (`docs/path-mtu.md` has the figures).
 #[must_use]
 pub fn mtu_bound(peer: Option<SocketAddr>, max_mtu: Option<u16>) -> u16 {
-    let Some(max) = max_mtu else {
-        return DEFAULT_MTU_BOUND;
-    };
     let route = peer
         .and_then(|p| neqo_udp::max_udp_payload_to(p).ok())
         .map(|m| u16::try_from(m).unwrap_or(MAX_MTU_BOUND));
-    route.map_or(max, |r| max.min(r)).max(MIN_MTU_BOUND)
+    match (route, max_mtu) {
+        (Some(r), Some(max)) => r.min(max),
+        (Some(r), None) => r.min(ROUTE_MTU_CAP),
+        (None, Some(max)) => max,
+        (None, None) => DEFAULT_MTU_BOUND,
+    }
+    .max(MIN_MTU_BOUND)
 }
 
 /// Requests (bidirectional streams) a peer may have open at once on a connection.
@@ -151,7 +167,8 @@ impl TransportOptions {
             t.ack_frequency_config(Some(ack));
         }
         let mut mtud = MtuDiscoveryConfig::default();
-        mtud.upper_bound(self.mtu_upper_bound);
+        mtud.upper_bound(self.mtu_upper_bound)
+            .minimum_change(MTU_MINIMUM_CHANGE);
         t.mtu_discovery_config(Some(mtud));
         let cc: Arc<dyn ControllerFactory + Send + Sync> = match self.cc {
             CongestionControl::Newreno => Arc::new(NewRenoConfig::default()),
@@ -180,4 +197,31 @@ pub fn qlog_label(side: &str) -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{side}-{}-{n}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_bound_follows_a_known_route_up_to_the_cap_or_max_mtu() {
+        // Loopback's route carries 65 507 bytes of UDP payload over IPv4, 65 488 over IPv6.
+        let v4: SocketAddr = "127.0.0.1:443".parse().unwrap();
+        let v6: SocketAddr = "[::1]:443".parse().unwrap();
+        assert_eq!(mtu_bound(Some(v4), None), ROUTE_MTU_CAP);
+        assert_eq!(mtu_bound(Some(v4), Some(MAX_MTU_BOUND)), 65_507);
+        assert_eq!(mtu_bound(Some(v4), Some(1400)), 1400);
+        if neqo_udp::max_udp_payload_to(v6).is_ok() {
+            assert_eq!(mtu_bound(Some(v6), None), ROUTE_MTU_CAP);
+            assert_eq!(mtu_bound(Some(v6), Some(MAX_MTU_BOUND)), 65_488);
+        }
+    }
+
+    #[test]
+    fn without_a_route_the_bound_is_max_mtu_or_the_default() {
+        assert_eq!(mtu_bound(None, None), DEFAULT_MTU_BOUND);
+        assert_eq!(mtu_bound(None, Some(9000)), 9000);
+        assert_eq!(mtu_bound(None, Some(1000)), MIN_MTU_BOUND);
+    }
 }

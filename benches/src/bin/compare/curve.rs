@@ -79,7 +79,7 @@ fn server_command(entry: Entry, json: &JsonFile) -> Command {
             if let Some(w) = entry.workers {
                 c.args(["--workers", &w.to_string()]);
             }
-            c.args(["--io", entry.io]);
+            c.args(["--io", entry.io]).args(super::neqo_mtu_args());
             c.arg("--json").arg(&json.0);
             c
         }
@@ -111,6 +111,7 @@ fn one_run(
     let mut client = Command::new(release_binary("neqo-client"));
     client
         .args([&url, "--insecure", "--alpn", "hq-interop", "--no-progress"])
+        .args(super::neqo_mtu_args())
         .args([
             "--concurrency",
             &c_arg,

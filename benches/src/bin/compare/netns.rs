@@ -1,7 +1,7 @@
 //! `compare --mtu N`: every pair runs in a network namespace of its own whose loopback device
 //! has an N-byte MTU (root and iproute2's `ip` needed), so that QUIC's datagram size and
-//! TCP's segments meet the same link; neqo's sides get `--max-mtu 65527`, so their path MTU
-//! discovery goes as far as the link allows.
+//! TCP's segments meet the same link; neqo's sides run at their defaults, whose path MTU
+//! discovery on the sending side follows the route as far as the link allows.
 
 use std::{ffi::OsStr, process::Command, sync::OnceLock};
 

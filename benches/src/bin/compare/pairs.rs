@@ -166,9 +166,7 @@ pub(super) fn server_command(pair: &Pair, json: &Path) -> Command {
         Impl::Neqo => {
             let mut c = netns::command(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--io", io]);
-            if netns::active() {
-                c.args(["--max-mtu", "65527"]);
-            }
+            c.args(super::neqo_mtu_args());
             c.arg("--json").arg(json);
             if !pacing {
                 c.arg("--no-pacing");
@@ -205,9 +203,7 @@ pub(super) fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
     match client {
         Impl::Neqo => {
             let mut c = netns::command(release_binary("neqo-client"));
-            if netns::active() {
-                c.args(["--max-mtu", "65527"]);
-            }
+            c.args(super::neqo_mtu_args());
             c.args([
                 url,
                 "--insecure",

@@ -2,7 +2,8 @@
 //! C of client processes, C processes of one client stack (quinn's, as `quinn-load`, and
 //! the msquic peer's client), one connection each as users' clients are, download `--bytes`
 //! in all (at least 1 MiB each, in 1 MiB requests one after another, every byte verified)
-//! from neqo-server (its defaults) and from the msquic server in turn. Per stack, C and
+//! from neqo-server (its defaults but `--max-mtu 1452`, as `neqo_mtu_args` says why) and from
+//! the msquic server in turn. Per stack, C and
 //! server: the server's CPU seconds per GB (its process's user + system time over the bytes
 //! served) and the aggregate Gbit/s; the clients share the cores with the server. For
 //! neqo-server also what its report says the load cost it per GB: datagrams received (nearly
@@ -60,8 +61,11 @@ fn server_command(server: Impl, json: &JsonFile, neqo_args: &[String]) -> Comman
         Impl::Neqo => {
             let mut c = Command::new(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--alpn", "hq-interop", "--json"])
-                .arg(&json.0)
-                .args(neqo_args);
+                .arg(&json.0);
+            if !neqo_args.iter().any(|a| a.starts_with("--max-mtu")) {
+                c.args(super::neqo_mtu_args());
+            }
+            c.args(neqo_args);
             c
         }
         Impl::Msquic => {
