@@ -78,6 +78,9 @@ struct Row {
     server_cpu_s: f64,
     kernel_drops: u64,
     lost_packets: u64,
+    /// The largest path MTU the server's discovery reached: the data's datagram size, which
+    /// sets much of the cost per byte.
+    server_path_mtu: u64,
     client: Value,
     server: Value,
 }
@@ -220,6 +223,10 @@ fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row>
         server_cpu_s: server.cpu().as_secs_f64(),
         kernel_drops: u(&c, "kernel_drops") + u(&sv, "kernel_drops"),
         lost_packets: u(&c, "lost_packets") + u(&sv, "lost_packets"),
+        server_path_mtu: sv
+            .pointer("/driver/max_path_mtu")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
         client: c,
         server: sv,
     })
@@ -232,7 +239,7 @@ fn print_table(rows: &[Row], pacing: bool) {
         if pacing { "on" } else { "off" }
     );
     println!(
-        "{:<8} {:>10} {:>8} {:>13} {:>13} {:>9} {:>9} {:>7} {:>6}",
+        "{:<8} {:>10} {:>8} {:>13} {:>13} {:>9} {:>9} {:>7} {:>6} {:>7}",
         "mode",
         "bytes",
         "Gbit/s",
@@ -241,15 +248,16 @@ fn print_table(rows: &[Row], pacing: bool) {
         "cpu cli",
         "cpu srv",
         "drops",
-        "lost"
+        "lost",
+        "mtu srv"
     );
     println!(
-        "{:<8} {:>10} {:>8} {:>13} {:>13} {:>9} {:>9} {:>7} {:>6}",
-        "", "", "", "srv tx/cli rx", "cli tx/srv rx", "s", "s", "", ""
+        "{:<8} {:>10} {:>8} {:>13} {:>13} {:>9} {:>9} {:>7} {:>6} {:>7}",
+        "", "", "", "srv tx/cli rx", "cli tx/srv rx", "s", "s", "", "", "B"
     );
     for r in rows {
         println!(
-            "{:<8} {:>10} {:>8.2} {:>6.1}/{:<6.1} {:>6.1}/{:<6.1} {:>9.2} {:>9.2} {:>7} {:>6}",
+            "{:<8} {:>10} {:>8.2} {:>6.1}/{:<6.1} {:>6.1}/{:<6.1} {:>9.2} {:>9.2} {:>7} {:>6} {:>7}",
             r.mode,
             r.bytes,
             r.gbps,
@@ -260,7 +268,8 @@ fn print_table(rows: &[Row], pacing: bool) {
             r.client_cpu_s,
             r.server_cpu_s,
             r.kernel_drops,
-            r.lost_packets
+            r.lost_packets,
+            r.server_path_mtu
         );
     }
     let find = |m: &str| rows.iter().find(|r| r.mode == m);

@@ -43,6 +43,10 @@ pub struct DriverCounters {
     /// The largest UDP payload any connection's path MTU discovery reached (quinn-proto's
     /// `current_mtu`): 1200 until a probe of a larger size is acknowledged.
     pub max_path_mtu: u16,
+    /// Path MTU black holes quinn-proto declared (more than three bursts of lost packets
+    /// above the minimum MTU that no later delivery explains), each resetting that path's MTU
+    /// to 1200 bytes for a minute: on loopback, drops at the receiving socket can look like one.
+    pub mtu_black_holes: u64,
 }
 
 impl DriverCounters {
@@ -70,6 +74,7 @@ impl DriverCounters {
         self.path_challenges += other.path_challenges;
         self.path_responses += other.path_responses;
         self.max_path_mtu = self.max_path_mtu.max(other.max_path_mtu);
+        self.mtu_black_holes += other.mtu_black_holes;
     }
 
     /// Adds a connection's path validation frames and its path MTU.
@@ -77,6 +82,7 @@ impl DriverCounters {
         self.path_challenges += stats.frame_tx.path_challenge;
         self.path_responses += stats.frame_rx.path_response;
         self.max_path_mtu = self.max_path_mtu.max(stats.path.current_mtu);
+        self.mtu_black_holes += stats.path.black_holes_detected;
     }
 }
 
