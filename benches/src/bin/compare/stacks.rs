@@ -56,16 +56,25 @@ impl Stack {
     }
 }
 
+/// neqo-server's arguments beyond its listen address and report: `--server-arg`s, after
+/// [`super::neqo_mtu_args`] unless they name `--max-mtu` themselves.
+fn neqo_server_args(neqo_args: &[String]) -> Vec<&str> {
+    let pin = !neqo_args.iter().any(|a| a.starts_with("--max-mtu"));
+    let pinned = if pin { super::neqo_mtu_args() } else { &[] };
+    pinned
+        .iter()
+        .copied()
+        .chain(neqo_args.iter().map(String::as_str))
+        .collect()
+}
+
 fn server_command(server: Impl, json: &JsonFile, neqo_args: &[String]) -> Command {
     match server {
         Impl::Neqo => {
             let mut c = Command::new(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--alpn", "hq-interop", "--json"])
-                .arg(&json.0);
-            if !neqo_args.iter().any(|a| a.starts_with("--max-mtu")) {
-                c.args(super::neqo_mtu_args());
-            }
-            c.args(neqo_args);
+                .arg(&json.0)
+                .args(neqo_server_args(neqo_args));
             c
         }
         Impl::Msquic => {
@@ -274,10 +283,9 @@ pub(super) fn stacks(
     let _ = writeln!(
         out,
         "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all (at least 1 MiB each, 1 MiB requests) from neqo-server ({}) and the msquic server on 127.0.0.1; {runs} run(s), medians; clients and server share {cores} cores.\n",
-        if neqo_args.is_empty() {
-            "defaults".to_owned()
-        } else {
-            neqo_args.join(" ")
+        match neqo_server_args(neqo_args).join(" ") {
+            a if a.is_empty() => "defaults".to_owned(),
+            a => format!("defaults but {a}"),
         }
     );
     for (title, f, digits) in [
@@ -343,4 +351,22 @@ pub(super) fn stacks(
     }
     println!("{out}");
     failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::neqo_server_args;
+
+    #[test]
+    fn the_server_is_pinned_to_1452_unless_the_arguments_say_otherwise() {
+        // On the host's loopback (no `--mtu` namespace in a test).
+        assert_eq!(neqo_server_args(&[]), ["--max-mtu", "1452"]);
+        let ack = ["--ack-every".to_owned(), "32".to_owned()];
+        assert_eq!(
+            neqo_server_args(&ack),
+            ["--max-mtu", "1452", "--ack-every", "32"]
+        );
+        let mtu = ["--max-mtu=8972".to_owned()];
+        assert_eq!(neqo_server_args(&mtu), ["--max-mtu=8972"]);
+    }
 }
