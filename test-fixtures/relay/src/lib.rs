@@ -58,8 +58,8 @@ pub struct RelayConfig {
     /// validated the client's address may send no more than three times what it received
     /// (RFC 9000 section 8.1), and here it received one datagram.
     pub amplification_window: Option<Duration>,
-    /// Every so often (from the first client datagram), each client gets a new upstream
-    /// socket, as a NAT rebinding it: the server sees the client's address change.
+    /// Every so often, each client gets a new upstream socket, as a NAT rebinding it: the
+    /// server sees the client's address change.
     pub rebind: Option<Rebind>,
 }
 
@@ -67,10 +67,23 @@ pub struct RelayConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rebind {
     /// How often.
-    pub every: Duration,
+    pub every: RebindEvery,
     /// A new port only (`false`), or a new IP address too (`true`: the next of 127.0.0.2 to
     /// 127.0.0.254, so an IPv4 loopback server only).
     pub addr: bool,
+}
+
+/// When the relay rebinds (see [`Rebind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebindEvery {
+    /// Every client at once, this often from the first client datagram: a rebinding whose
+    /// count depends on how long the traffic lasts, as a NAT's timer does.
+    Interval(Duration),
+    /// Each client on its own, at every this many of its short-header (1-RTT) datagrams,
+    /// the one that reaches the count leaving from the new socket: a count that follows the
+    /// traffic, not the machine's speed, and never in the middle of a handshake (a client
+    /// sends short headers only once it has the handshake's keys).
+    Datagrams(u64),
 }
 
 /// The client's side of a session after `rebinds` rebindings: a new port, and with
@@ -263,6 +276,35 @@ struct Session {
     upstream: Arc<Socket>,
     last_active: Instant,
     reader: tokio::task::JoinHandle<()>,
+    /// The client's short-header datagrams so far ([`RebindEvery::Datagrams`]).
+    short_datagrams: u64,
+}
+
+impl Session {
+    /// Gives the session a new upstream socket, bound to `bind`.
+    fn rebind(
+        &mut self,
+        client: SocketAddr,
+        bind: SocketAddr,
+        io: &neqo_udp::Config,
+        from_server: &mpsc::UnboundedSender<(SocketAddr, Vec<BytesMut>)>,
+    ) -> io::Result<()> {
+        let socket = Arc::new(Socket::bind(bind, io.clone())?);
+        self.reader.abort();
+        self.reader = tokio::spawn(read_upstream(
+            Arc::clone(&socket),
+            client,
+            from_server.clone(),
+        ));
+        self.upstream = socket;
+        Ok(())
+    }
+}
+
+/// Whether `datagram` starts with a QUIC short header (RFC 9000 section 17.3: the first
+/// bit, the header form, is 0).
+fn is_short_header(datagram: &[u8]) -> bool {
+    datagram.first().is_some_and(|b| b & 0x80 == 0)
 }
 
 /// Where the upstream socket binds: loopback for a loopback server, else unspecified.
@@ -352,7 +394,10 @@ pub async fn run(
                     let now = Instant::now();
                     if first.is_none() {
                         first = Some(now);
-                        next_rebind = config.rebind.map(|r| now + r.every);
+                        next_rebind = match config.rebind {
+                            Some(Rebind { every: RebindEvery::Interval(every), .. }) => Some(now + every),
+                            _ => None,
+                        };
                     }
                     for d in batch.datagrams() {
                         if dark(first, now) {
@@ -372,10 +417,19 @@ pub async fn run(
                                 let upstream = Arc::new(Socket::bind(upstream_bind_addr(config.upstream), config.io.clone())?);
                                 let reader = tokio::spawn(read_upstream(Arc::clone(&upstream), d.source, from_server_tx.clone()));
                                 sessions_total += 1;
-                                sessions.entry(d.source).or_insert(Session { upstream, last_active: now, reader })
+                                sessions.entry(d.source).or_insert(Session { upstream, last_active: now, reader, short_datagrams: 0 })
                             }
                         };
                         session.last_active = now;
+                        if let Some(r @ Rebind { every: RebindEvery::Datagrams(n), .. }) = config.rebind
+                            && is_short_header(&d.data)
+                        {
+                            session.short_datagrams += 1;
+                            if session.short_datagrams % n.max(1) == 0 {
+                                session.rebind(d.source, rebound_addr(config.upstream, r, rebinds)?, &config.io, &from_server_tx)?;
+                                rebinds += 1;
+                            }
+                        }
                         to_server.push(now, d.data, Arc::clone(&session.upstream));
                     }
                 }
@@ -405,20 +459,10 @@ pub async fn run(
             }
             () = rebind_due => {
                 let now = Instant::now();
-                if let Some(r) = config.rebind {
-                    next_rebind = Some(now + r.every);
+                if let Some(r @ Rebind { every: RebindEvery::Interval(every), .. }) = config.rebind {
+                    next_rebind = Some(now + every);
                     for (client, s) in &mut sessions {
-                        let socket = Arc::new(Socket::bind(
-                            rebound_addr(config.upstream, r, rebinds)?,
-                            config.io.clone(),
-                        )?);
-                        s.reader.abort();
-                        s.reader = tokio::spawn(read_upstream(
-                            Arc::clone(&socket),
-                            *client,
-                            from_server_tx.clone(),
-                        ));
-                        s.upstream = socket;
+                        s.rebind(*client, rebound_addr(config.upstream, r, rebinds)?, &config.io, &from_server_tx)?;
                         rebinds += 1;
                     }
                 }

@@ -7,7 +7,7 @@
 use std::{net::SocketAddr, process::ExitCode, sync::Mutex, time::Duration};
 
 use clap::Parser;
-use neqo_relay::{self as relay, Impairment, Rebind, RelayConfig, RelayStats};
+use neqo_relay::{self as relay, Impairment, Rebind, RebindEvery, RelayConfig, RelayStats};
 
 /// Forwards UDP datagrams between clients and one server, both ways, impairing them as asked.
 /// Every impairment applies to each direction. Probabilities take `0.05` or `5%`.
@@ -58,8 +58,13 @@ struct Args {
     /// client datagram), as a NAT rebinding.
     #[arg(long, value_name = "MS")]
     rebind_every: Option<u64>,
-    /// With --rebind-every: a new address too (127.0.0.2 onwards; IPv4 loopback servers).
-    #[arg(long, requires = "rebind_every")]
+    /// Give each client a new upstream port at every N of its short-header (1-RTT)
+    /// datagrams: a count of traffic, not of time, and never during a handshake.
+    #[arg(long, value_name = "N", conflicts_with = "rebind_every")]
+    rebind_after: Option<u64>,
+    /// With --rebind-every or --rebind-after: a new address too (127.0.0.2 onwards; IPv4
+    /// loopback servers).
+    #[arg(long)]
     rebind_addr: bool,
     /// Print the counts every this many seconds (0: only at exit).
     #[arg(long, default_value_t = 0, value_name = "SECS")]
@@ -115,14 +120,20 @@ fn config(args: &Args) -> Result<RelayConfig, String> {
         queue: args.queue,
     };
     imp.validate()?;
-    let rebind = match args.rebind_every {
-        Some(0) => return Err("--rebind-every must be at least 1 ms".to_owned()),
-        Some(ms) => Some(Rebind {
-            every: Duration::from_millis(ms),
-            addr: args.rebind_addr,
-        }),
-        None => None,
+    let every = match (args.rebind_every, args.rebind_after) {
+        (Some(0), _) => return Err("--rebind-every must be at least 1 ms".to_owned()),
+        (_, Some(0)) => return Err("--rebind-after must be at least 1 datagram".to_owned()),
+        (Some(ms), _) => Some(RebindEvery::Interval(Duration::from_millis(ms))),
+        (None, Some(n)) => Some(RebindEvery::Datagrams(n)),
+        (None, None) if args.rebind_addr => {
+            return Err("--rebind-addr needs --rebind-every or --rebind-after".to_owned());
+        }
+        (None, None) => None,
     };
+    let rebind = every.map(|every| Rebind {
+        every,
+        addr: args.rebind_addr,
+    });
     if args.rebind_addr
         && !matches!(args.upstream.ip(), std::net::IpAddr::V4(ip) if ip.is_loopback())
     {

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_relay::{Impairment, Rebind, Relay, RelayConfig, RelayStats};
+use neqo_relay::{Impairment, Rebind, RebindEvery, Relay, RelayConfig, RelayStats};
 use neqo_udp::{Config, Socket, Transmit};
 use test_fixtures::run;
 
@@ -362,7 +362,21 @@ fn cli_rejects_bad_arguments() {
             "--rate",
             "-3",
         ],
-    ] {
+    ]
+    .into_iter()
+    .chain(
+        [
+            &["--rebind-after", "0"][..],
+            &["--rebind-every", "0"],
+            &["--rebind-every", "100", "--rebind-after", "4"],
+            &["--rebind-addr"],
+        ]
+        .map(|rebind| {
+            let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1"];
+            args.extend(rebind);
+            args
+        }),
+    ) {
         let out = run(Command::new(exe).args(&args), DEADLINE).unwrap();
         assert!(!out.success() && !out.killed, "{args:?} accepted");
         assert!(!out.stderr.is_empty(), "{args:?}: says why");
@@ -502,7 +516,7 @@ fn sources_through_rebinding(rebind: Rebind, count: usize) -> (Vec<SocketAddr>, 
 #[test]
 fn rebinding_gives_the_client_new_ports() {
     let rebind = Rebind {
-        every: Duration::from_millis(50),
+        every: RebindEvery::Interval(Duration::from_millis(50)),
         addr: false,
     };
     let (sources, stats) = sources_through_rebinding(rebind, 3);
@@ -517,7 +531,7 @@ fn rebinding_gives_the_client_new_ports() {
 #[test]
 fn address_rebinding_gives_the_client_new_addresses() {
     let rebind = Rebind {
-        every: Duration::from_millis(50),
+        every: RebindEvery::Interval(Duration::from_millis(50)),
         addr: true,
     };
     let (sources, stats) = sources_through_rebinding(rebind, 3);
@@ -525,6 +539,84 @@ fn address_rebinding_gives_the_client_new_addresses() {
     let ips: HashSet<_> = sources.iter().map(SocketAddr::ip).collect();
     assert_eq!(ips.len(), 3, "{sources:?}");
     assert!(stats.rebinds >= 2, "{stats:?}");
+}
+
+/// The source of each of `datagrams`, sent one at a time through a relay rebinding as
+/// `rebind` says, as a plain UDP server saw it.
+fn source_of_each(rebind: Rebind, datagrams: &[Vec<u8>]) -> (Vec<SocketAddr>, RelayStats) {
+    let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let relay = Relay::start(RelayConfig {
+        rebind: Some(rebind),
+        ..RelayConfig::symmetric(
+            "127.0.0.1:0".parse().unwrap(),
+            server.local_addr().unwrap(),
+            Impairment::default(),
+            1,
+        )
+    })
+    .unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut buf = [0u8; 64];
+    let sources = datagrams
+        .iter()
+        .map(|d| {
+            client.send_to(d, relay.local_addr()).unwrap();
+            let (len, from) = server.recv_from(&mut buf).expect("the relay forwards it");
+            assert_eq!(&buf[..len], &d[..]);
+            from
+        })
+        .collect();
+    (sources, relay.stop().unwrap())
+}
+
+/// Rebinding by count: a long-header datagram, then 12 short-header ones, at every 4th
+/// short header a new source, from that datagram on.
+fn rebinding_after_datagrams(addr: bool) -> Vec<SocketAddr> {
+    let mut datagrams = vec![{
+        let mut long = payload(0, 32);
+        long[0] = 0xc0;
+        long
+    }];
+    datagrams.extend((1..=12).map(|seq| payload(seq, 32)));
+    let rebind = Rebind {
+        every: RebindEvery::Datagrams(4),
+        addr,
+    };
+    let (sources, stats) = source_of_each(rebind, &datagrams);
+    assert_eq!(stats.rebinds, 3, "{stats:?}");
+    let mut distinct: Vec<SocketAddr> = Vec::new();
+    for s in &sources {
+        if distinct.last() != Some(s) {
+            distinct.push(*s);
+        }
+    }
+    assert_eq!(distinct.len(), 4, "{sources:?}");
+    let expect: Vec<SocketAddr> = [4, 4, 4, 1]
+        .iter()
+        .zip(&distinct)
+        .flat_map(|(&n, &s)| std::iter::repeat_n(s, n))
+        .collect();
+    assert_eq!(sources, expect, "a new source at short headers 4, 8 and 12");
+    distinct
+}
+
+#[test]
+fn rebinding_by_count_gives_a_new_port_at_every_nth_short_header() {
+    let distinct = rebinding_after_datagrams(false);
+    assert!(
+        distinct.iter().all(|s| s.ip() == distinct[0].ip()),
+        "{distinct:?}"
+    );
+}
+
+#[test]
+fn address_rebinding_by_count_gives_a_new_address_at_every_nth_short_header() {
+    let distinct = rebinding_after_datagrams(true);
+    let ips: HashSet<_> = distinct.iter().map(SocketAddr::ip).collect();
+    assert_eq!(ips.len(), 4, "{distinct:?}");
 }
 
 #[test]
