@@ -238,6 +238,7 @@ fn a_fleet_routes_by_server_id_through_rebinding_restarts_and_drains() {
         relay.rebind = Some(Rebind {
             every: RebindEvery::Datagrams(4),
             addr: true,
+            limit: None,
         });
         let relay = Relay::start(relay).unwrap();
         let mut c = ClientConfig::new(common::url(relay.local_addr(), "/1000000"), Trust::Insecure);

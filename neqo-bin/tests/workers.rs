@@ -133,6 +133,7 @@ fn a_download_stays_on_its_worker_through_rebinding(
         rebind: Some(Rebind {
             every: RebindEvery::Datagrams(REBIND_AFTER),
             addr: true,
+            limit: None,
         }),
         ..RelayConfig::symmetric(
             "127.0.0.1:0".parse().unwrap(),

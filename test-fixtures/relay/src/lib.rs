@@ -71,6 +71,9 @@ pub struct Rebind {
     /// A new port only (`false`), or a new IP address too (`true`: the next of 127.0.0.2 to
     /// 127.0.0.254, so an IPv4 loopback server only).
     pub addr: bool,
+    /// Each client is rebound at most this often (`None`: without end). Some stacks take a
+    /// rebinding or two in a transfer but not more (msquic 2.5's server, docs/interop.md).
+    pub limit: Option<u64>,
 }
 
 /// When the relay rebinds (see [`Rebind`]).
@@ -278,9 +281,16 @@ struct Session {
     reader: tokio::task::JoinHandle<()>,
     /// The client's short-header datagrams so far ([`RebindEvery::Datagrams`]).
     short_datagrams: u64,
+    /// How often it was rebound ([`Rebind::limit`]).
+    rebinds: u64,
 }
 
 impl Session {
+    /// Whether `rebind` allows another rebinding of the session.
+    fn may_rebind(&self, rebind: &Rebind) -> bool {
+        rebind.limit.is_none_or(|l| self.rebinds < l)
+    }
+
     /// Gives the session a new upstream socket, bound to `bind`.
     fn rebind(
         &mut self,
@@ -297,6 +307,7 @@ impl Session {
             from_server.clone(),
         ));
         self.upstream = socket;
+        self.rebinds += 1;
         Ok(())
     }
 }
@@ -417,7 +428,7 @@ pub async fn run(
                                 let upstream = Arc::new(Socket::bind(upstream_bind_addr(config.upstream), config.io.clone())?);
                                 let reader = tokio::spawn(read_upstream(Arc::clone(&upstream), d.source, from_server_tx.clone()));
                                 sessions_total += 1;
-                                sessions.entry(d.source).or_insert(Session { upstream, last_active: now, reader, short_datagrams: 0 })
+                                sessions.entry(d.source).or_insert(Session { upstream, last_active: now, reader, short_datagrams: 0, rebinds: 0 })
                             }
                         };
                         session.last_active = now;
@@ -425,7 +436,7 @@ pub async fn run(
                             && is_short_header(&d.data)
                         {
                             session.short_datagrams += 1;
-                            if session.short_datagrams % n.max(1) == 0 {
+                            if session.short_datagrams % n.max(1) == 0 && session.may_rebind(&r) {
                                 session.rebind(d.source, rebound_addr(config.upstream, r, rebinds)?, &config.io, &from_server_tx)?;
                                 rebinds += 1;
                             }
@@ -461,7 +472,7 @@ pub async fn run(
                 let now = Instant::now();
                 if let Some(r @ Rebind { every: RebindEvery::Interval(every), .. }) = config.rebind {
                     next_rebind = Some(now + every);
-                    for (client, s) in &mut sessions {
+                    for (client, s) in sessions.iter_mut().filter(|(_, s)| s.may_rebind(&r)) {
                         s.rebind(*client, rebound_addr(config.upstream, r, rebinds)?, &config.io, &from_server_tx)?;
                         rebinds += 1;
                     }

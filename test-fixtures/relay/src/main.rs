@@ -66,6 +66,9 @@ struct Args {
     /// loopback servers).
     #[arg(long)]
     rebind_addr: bool,
+    /// With --rebind-every or --rebind-after: rebind each client at most this many times.
+    #[arg(long, value_name = "N")]
+    rebind_limit: Option<u64>,
     /// Print the counts every this many seconds (0: only at exit).
     #[arg(long, default_value_t = 0, value_name = "SECS")]
     stats_interval: u64,
@@ -125,14 +128,20 @@ fn config(args: &Args) -> Result<RelayConfig, String> {
         (_, Some(0)) => return Err("--rebind-after must be at least 1 datagram".to_owned()),
         (Some(ms), _) => Some(RebindEvery::Interval(Duration::from_millis(ms))),
         (None, Some(n)) => Some(RebindEvery::Datagrams(n)),
-        (None, None) if args.rebind_addr => {
-            return Err("--rebind-addr needs --rebind-every or --rebind-after".to_owned());
+        (None, None) if args.rebind_addr || args.rebind_limit.is_some() => {
+            return Err(
+                "--rebind-addr and --rebind-limit need --rebind-every or --rebind-after".to_owned(),
+            );
         }
         (None, None) => None,
     };
+    if args.rebind_limit == Some(0) {
+        return Err("--rebind-limit must be at least 1 (leave out --rebind-* for none)".to_owned());
+    }
     let rebind = every.map(|every| Rebind {
         every,
         addr: args.rebind_addr,
+        limit: args.rebind_limit,
     });
     if args.rebind_addr
         && !matches!(args.upstream.ip(), std::net::IpAddr::V4(ip) if ip.is_loopback())

@@ -370,6 +370,8 @@ fn cli_rejects_bad_arguments() {
             &["--rebind-every", "0"],
             &["--rebind-every", "100", "--rebind-after", "4"],
             &["--rebind-addr"],
+            &["--rebind-limit", "1"],
+            &["--rebind-after", "4", "--rebind-limit", "0"],
         ]
         .map(|rebind| {
             let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1"];
@@ -518,6 +520,7 @@ fn rebinding_gives_the_client_new_ports() {
     let rebind = Rebind {
         every: RebindEvery::Interval(Duration::from_millis(50)),
         addr: false,
+        limit: None,
     };
     let (sources, stats) = sources_through_rebinding(rebind, 3);
     assert_eq!(sources.len(), 3, "{sources:?}");
@@ -533,6 +536,7 @@ fn address_rebinding_gives_the_client_new_addresses() {
     let rebind = Rebind {
         every: RebindEvery::Interval(Duration::from_millis(50)),
         addr: true,
+        limit: None,
     };
     let (sources, stats) = sources_through_rebinding(rebind, 3);
     assert_eq!(sources.len(), 3, "{sources:?}");
@@ -584,6 +588,7 @@ fn rebinding_after_datagrams(addr: bool) -> Vec<SocketAddr> {
     let rebind = Rebind {
         every: RebindEvery::Datagrams(4),
         addr,
+        limit: None,
     };
     let (sources, stats) = source_of_each(rebind, &datagrams);
     assert_eq!(stats.rebinds, 3, "{stats:?}");
@@ -601,6 +606,22 @@ fn rebinding_after_datagrams(addr: bool) -> Vec<SocketAddr> {
         .collect();
     assert_eq!(sources, expect, "a new source at short headers 4, 8 and 12");
     distinct
+}
+
+/// With a limit of one, the client is rebound at its 4th short header and not again.
+#[test]
+fn a_rebinding_limit_stops_the_count() {
+    let datagrams: Vec<Vec<u8>> = (1..=12).map(|seq| payload(seq, 32)).collect();
+    let rebind = Rebind {
+        every: RebindEvery::Datagrams(4),
+        addr: false,
+        limit: Some(1),
+    };
+    let (sources, stats) = source_of_each(rebind, &datagrams);
+    assert_eq!(stats.rebinds, 1, "{stats:?}");
+    assert_eq!(sources[..3], [sources[0]; 3]);
+    assert_eq!(sources[3..], [sources[3]; 9]);
+    assert_ne!(sources[0], sources[3]);
 }
 
 #[test]
