@@ -120,6 +120,24 @@ impl Engine {
         self.mailbox.borrow().streams()
     }
 
+    /// Openers waiting for a stream.
+    #[cfg(test)]
+    pub(crate) fn open_waiters(&self) -> usize {
+        self.mailbox.borrow().open_waiters()
+    }
+
+    /// Tasks waiting to accept a stream.
+    #[cfg(test)]
+    pub(crate) fn accept_waiters(&self) -> usize {
+        self.mailbox.borrow().accept_waiters()
+    }
+
+    /// The most streams left unread at once for want of room.
+    #[cfg(test)]
+    pub(crate) fn peak_starved(&self) -> usize {
+        self.mailbox.borrow().peak_starved()
+    }
+
     /// Whether the connection has ended (lost, or closed by `h3`).
     #[must_use]
     pub fn ended(&self) -> bool {

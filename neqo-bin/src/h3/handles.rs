@@ -17,6 +17,7 @@ use quinn_proto::{Dir, StreamId};
 use super::{
     mailbox::{OpenWaiter, Shared},
     streams::{BidiStream, RecvStream, SendStream},
+    waiters::Slot,
 };
 
 /// A connection as `h3` drives it.
@@ -25,6 +26,10 @@ pub struct H3Connection {
     mailbox: Shared,
     /// Its own opener: one that asked for a stream must be the one polled again.
     opener: Opener,
+    /// Its places among the tasks waiting to accept a unidirectional and a bidirectional
+    /// stream.
+    accept_uni: Slot,
+    accept_bi: Slot,
 }
 
 impl H3Connection {
@@ -34,7 +39,39 @@ impl H3Connection {
         Self {
             opener: Opener::new(&mailbox),
             mailbox,
+            accept_uni: Slot::default(),
+            accept_bi: Slot::default(),
         }
+    }
+
+    /// Accepts the next stream the peer opened in `dir`, or waits for one.
+    fn poll_accept(
+        &mut self,
+        dir: Dir,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<StreamId, ConnectionErrorIncoming>> {
+        let mut m = self.mailbox.borrow_mut();
+        let m = &mut *m;
+        let (queue, slot) = match dir {
+            Dir::Uni => (&mut m.accepted_uni, &mut self.accept_uni),
+            Dir::Bi => (&mut m.accepted_bi, &mut self.accept_bi),
+        };
+        if let Some(id) = queue.pop_front() {
+            return Poll::Ready(Ok(id));
+        }
+        if let Some(why) = &m.ended {
+            return Poll::Ready(Err(why.clone()));
+        }
+        m.accept_waiters.wait(slot, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Drop for H3Connection {
+    fn drop(&mut self) {
+        let mut m = self.mailbox.borrow_mut();
+        m.accept_waiters.leave(&mut self.accept_uni);
+        m.accept_waiters.leave(&mut self.accept_bi);
     }
 }
 
@@ -52,32 +89,16 @@ impl quic::Connection<Bytes> for H3Connection {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Self::RecvStream, ConnectionErrorIncoming>> {
-        let next = self.mailbox.borrow_mut().accepted_uni.pop_front();
-        if let Some(id) = next {
-            return Poll::Ready(Ok(RecvStream::new(&self.mailbox, id)));
-        }
-        let mut m = self.mailbox.borrow_mut();
-        if let Some(why) = &m.ended {
-            return Poll::Ready(Err(why.clone()));
-        }
-        m.accept_wakers.push(cx.waker().clone());
-        Poll::Pending
+        self.poll_accept(Dir::Uni, cx)
+            .map_ok(|id| RecvStream::new(&self.mailbox, id))
     }
 
     fn poll_accept_bidi(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Self::BidiStream, ConnectionErrorIncoming>> {
-        let next = self.mailbox.borrow_mut().accepted_bi.pop_front();
-        if let Some(id) = next {
-            return Poll::Ready(Ok(BidiStream::new(&self.mailbox, id)));
-        }
-        let mut m = self.mailbox.borrow_mut();
-        if let Some(why) = &m.ended {
-            return Poll::Ready(Err(why.clone()));
-        }
-        m.accept_wakers.push(cx.waker().clone());
-        Poll::Pending
+        self.poll_accept(Dir::Bi, cx)
+            .map_ok(|id| BidiStream::new(&self.mailbox, id))
     }
 
     fn opener(&self) -> Self::OpenStreams {
@@ -141,7 +162,10 @@ impl Opener {
         };
         if *asked && let Some(id) = queue.pop_front() {
             *asked = false;
-            self.waiter.queued.set(false);
+            if self.waiter.queued.replace(false) {
+                // Served without being woken: its place in the queue goes too.
+                m.open_waiters.retain(|w| !Rc::ptr_eq(w, &self.waiter));
+            }
             // A stream left over (its waiter took another, or was dropped): the next one.
             if !m.opened_bi.is_empty() || !m.opened_uni.is_empty() {
                 m.wake_opener();
@@ -177,7 +201,9 @@ impl Drop for Opener {
         // A stream asked for and not taken: ask for one less, or leave the opened one unused
         // (finished at once, so that it does not hold the peer's stream credit).
         let mut m = self.mailbox.borrow_mut();
-        self.waiter.queued.set(false);
+        if self.waiter.queued.replace(false) {
+            m.open_waiters.retain(|w| !Rc::ptr_eq(w, &self.waiter));
+        }
         // Woken for a stream it will not take now: the next waiter takes it.
         if !m.opened_bi.is_empty() || !m.opened_uni.is_empty() {
             m.wake_opener();

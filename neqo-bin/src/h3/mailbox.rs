@@ -22,7 +22,8 @@ use std::{
 pub use super::reader::RECV_HELD;
 use super::{
     guard::Guard,
-    reader::{Holding, Piece, Reader},
+    reader::{Holding, Inbound, Reader},
+    waiters::Waiters,
 };
 use bytes::{Buf as _, Bytes};
 use h3::{
@@ -54,14 +55,9 @@ pub(super) fn lost(reason: &ConnectionError) -> ConnectionErrorIncoming {
 }
 
 /// One stream's two directions, as far as the mailbox carries them.
-#[derive(Default)]
 pub(super) struct Stream {
-    /// Read from quinn-proto, not yet taken.
-    pub(super) recv: VecDeque<Piece>,
-    pub(super) recv_held: usize,
-    /// Taken by `h3` of something it waits to have all of ([`Take::Partial`]).
-    pub(super) h3_partial: usize,
-    pub(super) guard: Guard,
+    /// Read from quinn-proto, not yet taken by `h3`.
+    pub(super) inbound: Inbound,
     /// The peer finished (`Some(None)`) or reset (`Some(Some(code))`) its side; `h3` is told
     /// once `recv` is empty.
     pub(super) recv_end: Option<Option<u64>>,
@@ -88,23 +84,28 @@ pub(super) struct Stream {
 impl Stream {
     pub(super) fn new(dir: Dir, local: bool) -> Self {
         Self {
-            // A unidirectional stream has only the initiator's sending side.
-            recv_done: dir == Dir::Uni && local,
-            send_done: dir == Dir::Uni && !local,
-            guard: match dir {
+            inbound: Inbound::new(match dir {
                 Dir::Bi => Guard::bidi(),
                 Dir::Uni => Guard::uni(),
-            },
-            ..Self::default()
+            }),
+            recv_end: None,
+            // A unidirectional stream has only the initiator's sending side.
+            recv_done: dir == Dir::Uni && local,
+            recv_waker: None,
+            stop: None,
+            writing: None,
+            finish: false,
+            reset: None,
+            stopped: None,
+            send_done: dir == Dir::Uni && !local,
+            send_waker: None,
+            handles: 0,
         }
     }
 
     /// Drops what is held for `h3`: the stream will not be read further.
     pub(super) fn forget(&mut self, holding: &mut Holding, dirty: &mut HashSet<StreamId>) {
-        self.recv.clear();
-        holding.release(self.recv_held + self.h3_partial, dirty);
-        self.recv_held = 0;
-        self.h3_partial = 0;
+        self.inbound.forget(holding, dirty);
     }
 
     pub(super) fn wake(&mut self) {
@@ -133,7 +134,8 @@ pub struct Mailbox {
     pub(super) dirty: HashSet<StreamId>,
     pub(super) accepted_bi: VecDeque<StreamId>,
     pub(super) accepted_uni: VecDeque<StreamId>,
-    pub(super) accept_wakers: Vec<Waker>,
+    /// The tasks waiting to accept a stream: one slot per waiter and direction.
+    pub(super) accept_waiters: Waiters,
     /// Streams to open for `h3`, and the ones opened for it not yet taken.
     pub(super) want_bi: usize,
     pub(super) want_uni: usize,
@@ -178,9 +180,8 @@ impl Mailbox {
         self.streams.len()
     }
 
-    /// Bytes of the connection's data held for `h3`: read from quinn-proto and not yet taken
-    /// (each stream at most [`RECV_HELD`]), or taken by `h3` as part of a frame it does not
-    /// have all of yet.
+    /// What the connection's data held for `h3` costs: read from quinn-proto and not yet
+    /// taken (each stream at most [`RECV_HELD`]), each piece counted with its record.
     #[must_use]
     pub const fn held(&self) -> usize {
         self.holding.bytes
@@ -190,6 +191,24 @@ impl Mailbox {
     #[must_use]
     pub const fn peak_held(&self) -> usize {
         self.holding.peak
+    }
+
+    /// Openers waiting for a stream.
+    #[cfg(test)]
+    pub(crate) fn open_waiters(&self) -> usize {
+        self.open_waiters.len()
+    }
+
+    /// Tasks waiting to accept a stream (one per waiter and direction).
+    #[cfg(test)]
+    pub(crate) fn accept_waiters(&self) -> usize {
+        self.accept_waiters.len()
+    }
+
+    /// The most streams left unread at once for want of room.
+    #[cfg(test)]
+    pub(crate) const fn peak_starved(&self) -> usize {
+        self.holding.peak_starved
     }
 
     /// Caps [`Mailbox::held`]: at `bytes`, no stream is read until `h3` takes some. A peer
@@ -223,9 +242,7 @@ impl Mailbox {
                     }
                     self.dirty.insert(id);
                 }
-                for w in self.accept_wakers.drain(..) {
-                    w.wake();
-                }
+                self.accept_waiters.wake_all();
             }
             Event::Stream(StreamEvent::Readable { id } | StreamEvent::Writable { id }) => {
                 self.dirty.insert(*id);
@@ -263,9 +280,7 @@ impl Mailbox {
         for s in self.streams.values_mut() {
             s.wake();
         }
-        for w in self.accept_wakers.drain(..) {
-            w.wake();
-        }
+        self.accept_waiters.wake_all();
         while self.wake_opener() {}
     }
 

@@ -12,6 +12,7 @@ pub mod mailbox;
 mod reader;
 pub mod streams;
 pub mod tasks;
+pub(crate) mod waiters;
 
 #[cfg(test)]
 pub(crate) mod test_client;

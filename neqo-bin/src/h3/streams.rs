@@ -17,13 +17,14 @@ use quinn_proto::StreamId;
 use super::{
     handles::stream_error,
     mailbox::{Shared, Stream, h3_id},
-    reader::REFILL_AT,
 };
 
 /// Drops a handle on stream `id`: with its last handle gone, a side still open is ended as a
-/// dropped quinn stream ends it (a receive side stopped, a send side finished).
+/// dropped quinn stream ends it (a send side finished; a receive side stopped, or, where its
+/// end has arrived, done, with what `h3` left unread of it dropped).
 fn release(mailbox: &Shared, id: StreamId, send: bool) {
     let mut m = mailbox.borrow_mut();
+    let m = &mut *m;
     let Some(s) = m.streams.get_mut(&id) else {
         return;
     };
@@ -32,7 +33,13 @@ fn release(mailbox: &Shared, id: StreamId, send: bool) {
         if !s.send_done && s.reset.is_none() {
             s.finish = true;
         }
-    } else if !s.recv_done && s.stop.is_none() && s.recv_end.is_none() {
+    } else if !s.recv_done && s.recv_end.is_some() {
+        // The peer's side has ended (a GET's request, its FIN read with its HEADERS, or what
+        // follows them that `h3` does not read): nothing is left to stop, and the stream
+        // leaves once its sending side is done.
+        s.recv_done = true;
+        s.forget(&mut m.holding, &mut m.dirty);
+    } else if !s.recv_done && s.stop.is_none() {
         s.stop = Some(Code::H3_NO_ERROR.value());
     }
     m.dirty.insert(id);
@@ -187,24 +194,17 @@ impl quic::RecvStream for RecvStream {
         let Some(s) = m.streams.get_mut(&self.0.id) else {
             return Poll::Ready(Ok(None));
         };
-        if let Some(p) = s.recv.pop_front() {
-            let was_full = s.recv_held > REFILL_AT;
-            let n = p.bytes.len();
-            s.recv_held -= n;
-            // `h3` keeps what it took until it has all it waits for; then all of it is used.
-            let released = if p.completes {
-                n + std::mem::take(&mut s.h3_partial)
-            } else {
-                s.h3_partial += n;
-                0
-            };
-            if was_full && s.recv_held <= REFILL_AT || s.recv.is_empty() {
+        let had_more = !s.inbound.wants_more();
+        if let Some(piece) = s.inbound.take(&mut m.holding, &mut m.dirty) {
+            // Read again once it is down to the refill mark, or has no whole piece left.
+            if had_more && s.inbound.wants_more() || !s.inbound.has_pieces() {
                 m.dirty.insert(self.0.id);
             }
-            m.holding.release(released, &mut m.dirty);
-            return Poll::Ready(Ok(Some(p.bytes)));
+            return Poll::Ready(Ok(Some(piece)));
         }
-        if let Some(end) = s.recv_end {
+        if let Some(end) = s.recv_end
+            && s.inbound.is_empty()
+        {
             s.recv_done = true;
             s.forget(&mut m.holding, &mut m.dirty);
             m.dirty.insert(self.0.id);

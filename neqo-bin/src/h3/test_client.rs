@@ -144,8 +144,8 @@ async fn request(
     })
 }
 
-/// One connection to `server` making `requests` (method, path) at once; closes once every
-/// one has its answer (or error).
+/// One connection to `server` making `requests` (method, path) at once (or one after
+/// another, [`Client::sequential`]); closes once every one has its answer (or error).
 pub struct Client {
     server: SocketAddr,
     config: Option<quinn_proto::ClientConfig>,
@@ -154,6 +154,10 @@ pub struct Client {
     cancelled: Option<(Cancel, usize)>,
     /// Leave the connection open once every request is answered, for the server to close.
     stay_open: bool,
+    /// Make one more request (`GET /late`) after the last one's answer.
+    late: bool,
+    /// Each request once the one before it is answered.
+    sequential: bool,
     ch: Option<ConnectionHandle>,
     pub engine: Engine,
     /// Each request's answer, or its error.
@@ -179,6 +183,8 @@ impl Client {
                 .collect(),
             cancelled: None,
             stay_open: false,
+            late: false,
+            sequential: false,
             ch: None,
             engine: Engine::new(),
             got: Rc::default(),
@@ -201,7 +207,28 @@ impl Client {
     #[must_use]
     pub const fn staying_open(mut self) -> Self {
         self.stay_open = true;
+        self.late = true;
         self
+    }
+
+    /// Leaves the connection open once every request is answered, for the server to close.
+    #[must_use]
+    pub const fn holding_open(mut self) -> Self {
+        self.stay_open = true;
+        self
+    }
+
+    /// Makes each request once the one before it is answered, as a page's script or a
+    /// load client at concurrency 1 does.
+    #[must_use]
+    pub const fn sequential(mut self) -> Self {
+        self.sequential = true;
+        self
+    }
+
+    /// Its connection, once opened.
+    pub const fn handle(&self) -> Option<ConnectionHandle> {
+        self.ch
     }
 
     /// The answers, ordered by (path, method).
@@ -235,7 +262,8 @@ impl Application for Client {
             );
             let (t, spawner) = (self.engine.transport(), self.engine.spawner());
             let (requests, got) = (self.requests.clone(), Rc::clone(&self.got));
-            let (cancelled, stay_open) = (self.cancelled, self.stay_open);
+            let (cancelled, stay_open, late, sequential) =
+                (self.cancelled, self.stay_open, self.late, self.sequential);
             self.engine.spawner().spawn(async move {
                 let (mut conn, send) = match h3::client::new(t).await {
                     Ok(c) => c,
@@ -247,11 +275,27 @@ impl Application for Client {
                 // `h3` closes the connection once its last request sender is dropped: one
                 // kept keeps it open for the server to close.
                 let keep = stay_open.then(|| send.clone());
+                if sequential {
+                    // One task for them all, beside this one driving the connection.
+                    let (sender, got) = (send.clone(), Rc::clone(&got));
+                    spawner.spawn(async move {
+                        for (method, path) in requests {
+                            let r = request(sender.clone(), method, path, None)
+                                .await
+                                .map_err(|e| e.to_string());
+                            got.borrow_mut().push(r);
+                        }
+                    });
+                    drop(send);
+                    let _ = std::future::poll_fn(|cx| conn.poll_close(cx)).await;
+                    drop(keep);
+                    return;
+                }
                 let last = requests.len().saturating_sub(1);
                 for (i, (method, path)) in requests.into_iter().enumerate() {
                     let (send, got) = (send.clone(), Rc::clone(&got));
                     let cancel = cancelled.and_then(|(how, n)| (i < n).then_some(how));
-                    let late = (stay_open && i == last).then(|| send.clone());
+                    let late = (late && i == last).then(|| send.clone());
                     spawner.spawn(async move {
                         let r = request(send, method, path, cancel)
                             .await

@@ -270,3 +270,20 @@ fn a_hundred_concurrent_requests_through_loss() {
     assert_eq!(pair.got(), want);
     assert!(pair.net.lost() > 0, "the network lost some");
 }
+
+/// A thousand requests at once, ten times what the server lets be open: each waits for a
+/// stream in turn, and once all are answered no opener is left waiting and the client's
+/// mailbox keeps only the control and QPACK streams.
+#[test]
+fn requests_beyond_the_stream_limit_leave_no_waiter_behind() {
+    let paths: Vec<String> = (0..1000).map(|i| format!("/{}", i % 97)).collect();
+    let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let mut pair = Pair::new(&refs);
+    pair.run();
+    assert_eq!(pair.got().len(), 1000);
+    assert!(pair.got().iter().all(|g| g.status == 200));
+    let e = &pair.client_app.engine;
+    assert_eq!(e.open_waiters(), 0);
+    assert!(e.accept_waiters() <= 2);
+    assert!(e.streams() <= 2 * UNI_STREAMS as usize, "{}", e.streams());
+}

@@ -77,6 +77,11 @@ impl ServerApp {
     pub(super) fn h3_peak_held(&self) -> usize {
         self.http3.peak_held()
     }
+
+    /// What the HTTP/3 connections keep.
+    pub(super) fn h3_kept(&self) -> super::http3::Kept {
+        self.http3.kept()
+    }
 }
 
 impl Application for ServerApp {

@@ -68,6 +68,25 @@ impl Http3Counters {
 
 type Counters = Rc<RefCell<Http3Counters>>;
 
+/// What a worker's HTTP/3 connections keep ([`Http3::kept`]), for tests of what is freed.
+#[cfg(test)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Kept {
+    pub(super) connections: usize,
+    /// Streams the mailboxes keep.
+    pub(super) streams: usize,
+    /// What the mailboxes hold for `h3`.
+    pub(super) held: usize,
+    /// Tasks not finished.
+    pub(super) tasks: usize,
+    /// Tasks waiting to accept a stream.
+    pub(super) accept_waiters: usize,
+    /// Tasks waiting for the shutdown.
+    pub(super) shutdown_waiters: usize,
+    /// The most streams one connection left unread at once for want of room.
+    pub(super) peak_starved: usize,
+}
+
 /// The HTTP/3 connections of one worker.
 #[derive(Debug)]
 pub(super) struct Http3 {
@@ -114,6 +133,24 @@ impl Http3 {
             .map(|(_, e, ())| e.peak_held())
             .max()
             .unwrap_or(0)
+    }
+
+    /// What its connections and tasks keep, summed over the connections.
+    #[cfg(test)]
+    pub(super) fn kept(&self) -> Kept {
+        let mut k = Kept {
+            connections: self.conns.len(),
+            shutdown_waiters: self.shutdown.waiting(),
+            ..Kept::default()
+        };
+        for (_, e, ()) in self.conns.iter() {
+            k.streams += e.streams();
+            k.held += e.held();
+            k.tasks += e.tasks();
+            k.accept_waiters += e.accept_waiters();
+            k.peak_starved = k.peak_starved.max(e.peak_starved());
+        }
+        k
     }
 
     /// Whether `ch` is one of its connections.
@@ -213,10 +250,13 @@ async fn serve(
     let mut accepted_requests = 0u64;
     // The GOAWAY's ID once sent: the first request not processed.
     let goaway: Rc<Cell<Option<u64>>> = Rc::default();
+    // One wait for the shutdown for the connection's life, polled again at each wake-up.
+    let started = shutdown.started();
+    tokio::pin!(started);
     loop {
         let accepted = tokio::select! {
             biased;
-            () = shutdown.started(), if unannounced.is_some() => {
+            () = &mut started, if unannounced.is_some() => {
                 // `h3` announces the stream after its last accepted (it adds the count
                 // given) but would still accept that one: those are refused below.
                 goaway.set(Some(4 * accepted_requests));

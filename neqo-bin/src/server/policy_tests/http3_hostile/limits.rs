@@ -77,5 +77,8 @@ fn what_a_connection_holds_for_h3_stays_within_half_its_window() {
         (20_000..=limit).contains(&held),
         "held {held} B, limit {limit}"
     );
+    // Each stream left unread for want of room is listed once, however often it was tried.
+    let kept = b.app.h3_kept();
+    assert!((1..=4).contains(&kept.peak_starved), "{kept:?}");
     b.still_serving();
 }

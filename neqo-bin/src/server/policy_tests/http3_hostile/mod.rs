@@ -339,5 +339,6 @@ fn closed_with(raw: &Raw, code: u64) {
 }
 
 mod frames;
+mod holds;
 mod limits;
 mod qpack;
