@@ -423,6 +423,8 @@ fn bad_settings_are_refused_at_start() {
         (&["--requests", "0"], "--requests"),
         (&["-n", "1000001"], "--requests"),
         (&["--download", "1M"], "--download"),
+        (&["--alpn", "h3", "--download", "1M"], "--download"),
+        (&["--upload", "1M"], "--upload"),
         (
             &["--alpn", "perf", "--upload", "5000000000000000000"],
             "--upload",

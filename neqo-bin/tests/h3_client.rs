@@ -1,7 +1,8 @@
 //! `neqo-client --alpn h3` against `neqo-server --alpn h3`: generated bodies verified byte by
 //! byte over several connections, one after another and in parallel; a file saved with `-o`
 //! and one request's body on stdout, byte-exact; a missing file fails the run with its
-//! status. Real processes over loopback.
+//! status; POSTs counted by the server and the count checked by the client. Real processes
+//! over loopback.
 
 use std::{
     path::{Path, PathBuf},
@@ -114,4 +115,168 @@ fn a_missing_file_fails_the_run_with_its_status() {
     assert!(out.is_empty());
     assert!(err.contains("/nothing.html: status 404"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--upload N`: each request a POST of N pattern bytes, which the server counts and answers
+/// with their number; the client checks the answer. One after another and in parallel, and
+/// the answer saved with `-o`.
+#[test]
+fn posts_are_counted_by_the_server_and_checked_by_the_client() {
+    let dir = scratch("posts");
+    let s = server(&dir);
+    let url = format!("https://{}/upload", s.addr());
+    for parallel in [false, true] {
+        let json = dir.join(format!("client-{parallel}.json"));
+        let mut args = vec![
+            url.as_str(),
+            "-n",
+            "3",
+            "--upload",
+            "3000001",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        if parallel {
+            args.push("--parallel");
+        }
+        let (ok, _, err) = client(&args);
+        assert!(ok, "{err}");
+        let r = report(&json);
+        assert_eq!(r["requests"], 3, "{r}");
+        assert_eq!(r["failed_requests"], 0, "{r}");
+        assert_eq!(r["bytes_sent"], 9_000_003, "{r}");
+        assert_eq!(r["bytes_received"], 3 * 7, "3 x \"3000001\": {r}");
+    }
+    let saved = dir.join("answer.txt");
+    let (ok, _, err) = client(&[&url, "--upload", "12345", "-o", saved.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::read(&saved).unwrap(), b"12345");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--cancel-after 1M`: each response longer than a mebibyte is given up on once that much
+/// arrived (STOP_SENDING), the shorter ones complete, and the connection goes on to the next
+/// request; the cancelled ones do not fail the run, and the server counts them cancelled.
+#[test]
+fn responses_past_cancel_after_are_given_up_and_the_connection_goes_on() {
+    let dir = scratch("cancel");
+    let json = dir.join("server.json");
+    let s = Server::start(
+        Command::new(SERVER).args([
+            "--listen",
+            "127.0.0.1:0",
+            "--alpn",
+            "h3",
+            "--json",
+            json.to_str().unwrap(),
+        ]),
+        LIMIT,
+    )
+    .unwrap();
+    let (small, big) = (
+        format!("https://{}/100000", s.addr()),
+        format!("https://{}/300000000", s.addr()),
+    );
+    let client_json = dir.join("client.json");
+    let (ok, _, err) = client(&[
+        &small,
+        &big,
+        "-n",
+        "3",
+        "--cancel-after",
+        "1M",
+        "--json",
+        client_json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let r = report(&client_json);
+    assert_eq!(
+        (
+            &r["requests"],
+            &r["cancelled_requests"],
+            &r["failed_requests"]
+        ),
+        (&3.into(), &3.into(), &0.into()),
+        "{r}"
+    );
+    let received = r["bytes_received"].as_u64().unwrap();
+    assert!(
+        (3 * 100_000 + 3 * (1 << 20)..3 * 100_000 + 3 * 300_000_000).contains(&received),
+        "{received}"
+    );
+    assert!(s.stop().unwrap().success());
+    let sr = report(&json);
+    assert_eq!(sr["http3"]["responses"], 3, "{sr}");
+    assert_eq!(sr["http3"]["cancelled"], 3, "{sr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The HTTP/3 responses a server's metrics endpoint at `addr` counts (0 until its workers
+/// have published).
+fn h3_responses(addr: std::net::SocketAddr) -> u64 {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.lines()
+        .filter(|l| l.starts_with("neqo_server_http3_responses_total"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A server shutting down under HTTP/3 load: its GOAWAY lets each connection's request under
+/// way finish, the later ones are rejected unprocessed (the client counts them apart: none
+/// fails), and the server stops cleanly. The stop comes once responses are flowing (its
+/// metrics say so); each connection asks for 100 000 responses of 100 kB, far more than any
+/// machine answers before it.
+#[test]
+fn a_drain_under_load_rejects_the_later_requests_and_fails_none() {
+    use neqo_bin::{
+        client::{self, ClientConfig},
+        server::{ServerConfig, ServerHandle},
+        tls::{ALPN_H3, Trust},
+    };
+    const CONNECTIONS: usize = 4;
+    const REQUESTS: usize = 100_000;
+    let server = ServerHandle::start(ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        alpns: vec![ALPN_H3.into()],
+        drain_timeout: Duration::from_secs(10),
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        ..ServerConfig::default()
+    })
+    .expect("server starts");
+    let mut c = ClientConfig::new(
+        format!("https://{}/100000", server.addr()).parse().unwrap(),
+        Trust::Certs(server.certificate().to_vec()),
+    );
+    c.alpn = ALPN_H3.into();
+    c.requests = REQUESTS;
+    c.connections = CONNECTIONS;
+    c.concurrency = CONNECTIONS;
+    let client = std::thread::spawn(move || client::run_report(c));
+    let metrics = server.metrics_addr().unwrap();
+    let started = std::time::Instant::now();
+    while h3_responses(metrics) < CONNECTIONS as u64 {
+        assert!(started.elapsed() < LIMIT, "no responses");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sr = server.stop().expect("a clean stop");
+    let r = client.join().unwrap().expect("a report");
+    let total = (CONNECTIONS * REQUESTS) as u64;
+    assert_eq!(r.failed_requests, 0, "{:?}", r.errors);
+    assert!(r.rejected_requests > 0, "{}", r.line());
+    assert_eq!(r.requests + r.rejected_requests, total, "{}", r.line());
+    assert_eq!(
+        r.errors.len(),
+        1,
+        "one message for the rejections: {:?}",
+        r.errors
+    );
+    assert!(r.errors[0].contains("GOAWAY"), "{:?}", r.errors);
+    assert_eq!(sr.http3.responses, r.requests, "{sr:?}");
+    let _ = std::fs::remove_dir_all(scratch("drain"));
 }

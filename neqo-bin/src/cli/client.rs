@@ -11,7 +11,7 @@ use super::{
 use crate::{
     client::{self, ClientConfig, Save},
     hq,
-    tls::{self, ALPN_HQ, ALPN_PERF, CipherSuite, TransportOptions, Trust},
+    tls::{self, ALPN_H3, ALPN_HQ, ALPN_PERF, CipherSuite, TransportOptions, Trust},
 };
 
 /// `neqo-client` flags.
@@ -49,13 +49,14 @@ pub struct ClientArgs {
     /// different clients (default: --concurrency, at most 16).
     #[arg(long)]
     pub sockets: Option<usize>,
-    /// `hq-interop`, `perf` or `h3` (HTTP/3 GET requests).
+    /// `hq-interop`, `perf` or `h3` (HTTP/3: GET requests, or POSTs with --upload).
     #[arg(long, default_value = ALPN_HQ)]
     pub alpn: String,
     /// perf: bytes to download per request (K/M/G suffixes; at most 2^62-1).
     #[arg(long, value_parser = parse_size, default_value = "0")]
     pub download: u64,
-    /// perf: bytes to upload per request (K/M/G suffixes; at most 2^62-1).
+    /// perf: bytes to upload per request; h3: each request a POST of this many bytes,
+    /// answered with their count (K/M/G suffixes; at most 2^62-1).
     #[arg(long, value_parser = parse_size, default_value = "0")]
     pub upload: u64,
     /// hq-interop: save bodies here, each named after its path (`/N` bodies are verified
@@ -85,6 +86,12 @@ pub struct ClientArgs {
     /// the first response data arrives.
     #[arg(long)]
     pub key_update: bool,
+    /// h3: give up on each response once this many of its body bytes have arrived
+    /// (STOP_SENDING with H3_REQUEST_CANCELLED, as a browser leaving a page does); shorter
+    /// responses complete. Cancelled requests are counted apart and do not fail the run (K/M/G
+    /// suffixes).
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    pub cancel_after: Option<u64>,
     /// Send a PING after this many seconds without an ack-eliciting packet, so that a server
     /// whose packets stopped reaching us (our address changed) learns the new one (0 turns
     /// it off; otherwise 0.01 to less than the idle timeout; default 1).
@@ -209,11 +216,21 @@ impl ClientArgs {
         check_stream_bytes("--download", self.download)?;
         check_stream_bytes("--upload", self.upload)?;
         let perf = self.alpn == ALPN_PERF;
-        if !perf {
-            for (flag, n) in [("--download", self.download), ("--upload", self.upload)] {
-                if n != 0 {
-                    bail!("{flag} {n}: only with --alpn {ALPN_PERF}");
-                }
+        if !perf && self.download != 0 {
+            bail!("--download {}: only with --alpn {ALPN_PERF}", self.download);
+        }
+        if !perf && self.alpn != ALPN_H3 && self.upload != 0 {
+            bail!(
+                "--upload {}: only with --alpn {ALPN_PERF} or {ALPN_H3}",
+                self.upload
+            );
+        }
+        if let Some(n) = self.cancel_after {
+            if self.alpn != ALPN_H3 {
+                bail!("--cancel-after {n}: only with --alpn {ALPN_H3}");
+            }
+            if self.output_dir.is_some() || self.output.is_some() {
+                bail!("--cancel-after {n}: a cancelled body is not saved (no -o or --output-dir)");
             }
         }
         if perf && let Some(dir) = &self.output_dir {
@@ -319,6 +336,7 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
             args.cipher_suite.clone()
         },
         key_update: args.key_update,
+        cancel_after: args.cancel_after,
     };
     // Ctrl-C (or SIGTERM) cancels what is still open and closes the connection.
     let report = tokio::runtime::Builder::new_current_thread()

@@ -37,7 +37,7 @@ pub struct ServerArgs {
     #[arg(long, requires = "cert")]
     pub key: Option<PathBuf>,
     /// ALPN to offer (repeatable or comma-separated): hq-interop, perf, h3 (HTTP/3: GET and
-    /// HEAD of files under --root and of /N).
+    /// HEAD of files under --root and of /N; a POST is answered with its body's length).
     #[arg(long, value_delimiter = ',', default_values_t = [ALPN_HQ.to_owned(), ALPN_PERF.to_owned()])]
     pub alpn: Vec<String>,
     /// Refuse connections beyond this many, half-open ones included (CONNECTION_REFUSED); at

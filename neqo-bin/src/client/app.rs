@@ -14,7 +14,7 @@ use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent};
 
 use super::{
     ClientConfig, ClientReport,
-    http3::Http3,
+    http3::{self, Http3},
     load,
     progress::Progress,
     report,
@@ -66,6 +66,8 @@ impl ClientApp {
                 config.parallel,
                 format!("{server_name}:{}", remote.port()),
                 config.save.clone(),
+                config.upload,
+                config.cancel_after,
                 Instant::now(),
             )
         });
@@ -96,6 +98,13 @@ impl ClientApp {
             p.finish();
         }
         let mut report = std::mem::take(&mut s.report);
+        if report.rejected_requests > 0 {
+            // Not failed, but not done either: the run says so once.
+            report.errors.push(format!(
+                "{} requests rejected by the server's GOAWAY (not processed: safe to retry)",
+                report.rejected_requests
+            ));
+        }
         report.alpn.clone_from(&s.config.alpn);
         report.concurrency = s.config.concurrency;
         report.handshake_ms = s.handshakes.percentiles();
@@ -221,8 +230,20 @@ impl Application for ClientApp {
                     reason,
                 );
                 s.report.lost_packets += conn.stats().path.lost_packets;
-                s.report.failed_requests += h3.lost(ch) as u64;
-                s.fail(msg);
+                let (outstanding, in_flight) = h3.lost(ch);
+                if http3::closed_gracefully(reason) {
+                    // A server that closes with H3_NO_ERROR has answered what it took (RFC
+                    // 9114 section 5.2): the requests not sent were not processed; one sent
+                    // and unanswered did not get its answer.
+                    s.report.rejected_requests += (outstanding - in_flight) as u64;
+                    s.report.failed_requests += in_flight as u64;
+                    if in_flight > 0 {
+                        s.fail(msg);
+                    }
+                } else {
+                    s.report.failed_requests += outstanding as u64;
+                    s.fail(msg);
+                }
                 self.failed = true;
                 return;
             }
@@ -308,6 +329,9 @@ impl Application for ClientApp {
             s.report.requests += r.requests;
             s.report.failed_requests += r.failed;
             s.report.bytes_received += r.bytes;
+            s.report.bytes_sent += r.sent;
+            s.report.rejected_requests += r.rejected;
+            s.report.cancelled_requests += r.cancelled;
             for l in r.latencies {
                 s.latencies.record(l);
             }

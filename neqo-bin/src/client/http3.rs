@@ -1,15 +1,16 @@
 //! The client's HTTP/3 connections (`--alpn h3`): each an [`Engine`](crate::h3::Engine) whose tasks are the `h3`
 //! crate's client connection and the requests, one after another or all at once
 //! (`--parallel`). A response must be 200; a `/N` body is verified against the pattern byte
-//! by byte and must be exactly N bytes; a saved body is written off the driver thread a chunk
-//! at a time, the next chunk read only once the last is written, so a slow disk holds the
-//! server back through flow control.
+//! by byte and must be exactly N bytes; a saved body is written off the driver thread a
+//! buffer at a time while the next fills, as `hq-interop`'s are, so a slow disk holds the
+//! server back through flow control. With `--upload` each request is a `POST` whose answer
+//! must be the count of its bytes; `--cancel-after` gives up on long responses; requests the
+//! server refuses after its GOAWAY are counted apart.
 
 use std::{
     cell::{Cell, RefCell},
     collections::HashSet,
     fs::File,
-    io::Write as _,
     rc::Rc,
     time::{Duration, Instant},
 };
@@ -17,7 +18,10 @@ use std::{
 use bytes::{Buf as _, Bytes};
 use quinn_proto::{Connection, ConnectionHandle, Event};
 
-use super::{Save, output::Sink};
+use super::{
+    Save,
+    output::{Output, Sink},
+};
 use crate::{
     driver::Driver,
     h3::{
@@ -35,6 +39,12 @@ pub(super) struct Results {
     pub(super) requests: u64,
     pub(super) failed: u64,
     pub(super) bytes: u64,
+    /// Request body bytes sent (`POST`s).
+    pub(super) sent: u64,
+    /// Refused unprocessed after the server's GOAWAY.
+    pub(super) rejected: u64,
+    /// Given up on by `--cancel-after`.
+    pub(super) cancelled: u64,
     pub(super) latencies: Vec<Duration>,
     pub(super) errors: Vec<String>,
     pub(super) last_fin: Option<Instant>,
@@ -46,6 +56,10 @@ struct Context {
     parallel: bool,
     authority: String,
     save: Save,
+    /// Each request a `POST` of this many pattern bytes, when not 0.
+    upload: u64,
+    /// Give up on a response once this many of its body bytes have arrived.
+    cancel_after: Option<u64>,
     /// Where some request saves its body: one request each.
     saved: RefCell<HashSet<Sink>>,
     /// The driver's clock at the current callback.
@@ -77,6 +91,8 @@ impl Context {
 struct ConnState {
     /// Requests not yet answered or failed.
     outstanding: usize,
+    /// Of those, the ones sent (their stream opened) and not yet answered.
+    in_flight: usize,
     /// Request and response bytes, for its Gbit/s.
     bytes: u64,
 }
@@ -108,6 +124,8 @@ impl Http3 {
         parallel: bool,
         authority: String,
         save: Save,
+        upload: u64,
+        cancel_after: Option<u64>,
         now: Instant,
     ) -> Self {
         Self {
@@ -116,6 +134,8 @@ impl Http3 {
                 parallel,
                 authority,
                 save,
+                upload,
+                cancel_after,
                 saved: RefCell::default(),
                 now: Cell::new(now),
                 results: RefCell::default(),
@@ -153,6 +173,7 @@ impl Http3 {
         let mut engine = self.conns.engine(ch);
         let state = Rc::new(RefCell::new(ConnState {
             outstanding: self.ctx.requests.len(),
+            in_flight: 0,
             bytes: 0,
         }));
         let spawner = engine.spawner();
@@ -195,11 +216,12 @@ impl Http3 {
         matches!(event, Event::Connected).then(|| now.saturating_duration_since(c.opened))
     }
 
-    /// `ch` is lost: its outstanding requests fail.
-    pub(super) fn lost(&mut self, ch: ConnectionHandle) -> usize {
-        self.conns
-            .remove(ch)
-            .map_or(0, |c| c.state.borrow().outstanding)
+    /// `ch` is lost: its requests not yet answered, and of those the ones sent.
+    pub(super) fn lost(&mut self, ch: ConnectionHandle) -> (usize, usize) {
+        self.conns.remove(ch).map_or((0, 0), |c| {
+            let s = c.state.borrow();
+            (s.outstanding, s.in_flight)
+        })
     }
 
     /// Drives the woken connections; closes the ones whose requests are all done, each into
@@ -251,6 +273,13 @@ impl Http3 {
     }
 }
 
+/// Whether the server closed the connection with `H3_NO_ERROR`, as after its GOAWAY once
+/// it has answered what it took.
+pub(super) fn closed_gracefully(reason: &quinn_proto::ConnectionError) -> bool {
+    matches!(reason, quinn_proto::ConnectionError::ApplicationClosed(c)
+        if c.error_code.into_inner() == h3::error::Code::H3_NO_ERROR.value())
+}
+
 /// A connection: `h3`'s client side, then its requests.
 async fn connection(
     transport: H3Connection,
@@ -297,16 +326,71 @@ async fn one(
     let result = request(send, ctx, state, &path).await;
     let now = ctx.now.get();
     match result {
-        Ok(()) => {
+        Ok(Done::Whole) => {
             let mut r = ctx.results.borrow_mut();
             r.requests += 1;
             r.latencies.push(now.saturating_duration_since(started));
             r.last_fin = Some(now);
         }
-        Err(e) => ctx.fail(format!("{path}: {e}")),
+        Ok(Done::Cancelled) => ctx.results.borrow_mut().cancelled += 1,
+        Err(Failure::Rejected) => ctx.results.borrow_mut().rejected += 1,
+        Err(Failure::Other(e)) => ctx.fail(format!("{path}: {e}")),
     }
     let mut s = state.borrow_mut();
     s.outstanding = s.outstanding.saturating_sub(1);
+}
+
+/// Counts a request sent in its connection's [`ConnState::in_flight`] while it lives.
+struct InFlight<'a>(&'a RefCell<ConnState>);
+
+impl<'a> InFlight<'a> {
+    fn new(state: &'a RefCell<ConnState>) -> Self {
+        state.borrow_mut().in_flight += 1;
+        Self(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.borrow_mut().in_flight -= 1;
+    }
+}
+
+/// How a request ended well.
+enum Done {
+    /// Its response whole, and verified.
+    Whole,
+    /// Given up on by `--cancel-after`.
+    Cancelled,
+}
+
+/// How a request failed.
+enum Failure {
+    /// Refused unprocessed after the server's GOAWAY (RFC 9114 section 5.2).
+    Rejected,
+    Other(String),
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Self {
+        Self::Other(s)
+    }
+}
+
+impl From<h3::error::StreamError> for Failure {
+    fn from(e: h3::error::StreamError) -> Self {
+        match e {
+            // The peer's GOAWAY came before the request was sent, or the request's ID was
+            // at or past the one it named.
+            h3::error::StreamError::RemoteClosing { .. } => Self::Rejected,
+            h3::error::StreamError::RemoteTerminate { code, .. }
+                if code == h3::error::Code::H3_REQUEST_REJECTED =>
+            {
+                Self::Rejected
+            }
+            e => Self::Other(e.to_string()),
+        }
+    }
 }
 
 async fn request(
@@ -314,94 +398,146 @@ async fn request(
     ctx: &Context,
     state: &RefCell<ConnState>,
     path: &str,
-) -> Result<(), String> {
+) -> Result<Done, Failure> {
+    let upload = ctx.upload;
     let expected = match hq::target(path) {
-        Ok(Target::Generated(n)) => Some(n),
+        Ok(Target::Generated(n)) if upload == 0 => Some(n),
         _ => None,
     };
-    let request = http::Request::get(format!("https://{}{path}", ctx.authority))
-        .body(())
-        .map_err(|e| format!("bad request: {e}"))?;
-    let mut stream = send
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    stream.finish().await.map_err(|e| e.to_string())?;
-    let response = stream.recv_response().await.map_err(|e| e.to_string())?;
+    let method = if upload > 0 {
+        http::Method::POST
+    } else {
+        http::Method::GET
+    };
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(format!("https://{}{path}", ctx.authority));
+    if upload > 0 {
+        request = request.header("content-length", upload);
+    }
+    let request = request.body(()).map_err(|e| format!("bad request: {e}"))?;
+    let mut stream = send.send_request(request).await?;
+    let _in_flight = InFlight::new(state);
+    // A POST's body: the pattern, a chunk at a time.
+    let mut sent = 0;
+    while sent < upload {
+        let chunk = pattern::chunk(sent, upload - sent);
+        let n = chunk.len() as u64;
+        stream.send_data(chunk).await?;
+        sent += n;
+        state.borrow_mut().bytes += n;
+        ctx.results.borrow_mut().sent += n;
+    }
+    stream.finish().await?;
+    let response = stream.recv_response().await?;
     if response.status() != http::StatusCode::OK {
-        return Err(format!("status {}", response.status()));
+        return Err(format!("status {}", response.status()).into());
     }
     let mut sink = ctx.sink(path).map(Writer::new);
     let mut got = 0u64;
-    while let Some(mut chunk) = stream.recv_data().await.map_err(|e| e.to_string())? {
+    // A POST is answered with the count of its body's bytes.
+    let mut answer = Vec::new();
+    while let Some(mut chunk) = stream.recv_data().await? {
         let data = chunk.copy_to_bytes(chunk.remaining());
         if let Some(n) = expected {
             if got + data.len() as u64 > n {
-                return Err(format!("longer than the {n} bytes asked for"));
+                return Err(format!("longer than the {n} bytes asked for").into());
             }
             if let Some(at) = pattern::first_mismatch(got, &data) {
-                return Err(format!("byte {at} is wrong"));
+                return Err(format!("byte {at} is wrong").into());
             }
+        }
+        if upload > 0 && answer.len() + data.len() <= 20 {
+            answer.extend_from_slice(&data);
         }
         got += data.len() as u64;
         state.borrow_mut().bytes += data.len() as u64;
         ctx.results.borrow_mut().bytes += data.len() as u64;
         if let Some(w) = &mut sink {
-            w.write(data).await?;
+            w.write(&data).await?;
+        }
+        if ctx.cancel_after.is_some_and(|limit| got >= limit) {
+            stream.stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
+            return Ok(Done::Cancelled);
         }
     }
     if let Some(n) = expected
         && got != n
     {
-        return Err(format!("{got} of {n} bytes"));
+        return Err(format!("{got} of {n} bytes").into());
+    }
+    if upload > 0 && answer != upload.to_string().as_bytes() {
+        return Err(format!(
+            "the server counted {:?} of the {upload} bytes posted",
+            String::from_utf8_lossy(&answer)
+        )
+        .into());
     }
     if let Some(w) = sink {
         w.close().await?;
     }
-    Ok(())
+    Ok(Done::Whole)
 }
 
-/// A saved body, written on tokio's blocking pool one chunk at a time.
+/// A saved body on its way out: bytes collect in an [`Output`] (at most a
+/// [`CHUNK`](crate::pattern::CHUNK)), each full buffer written on tokio's blocking pool while
+/// the next one fills, as `hq-interop`'s saved bodies are; the request reads no more of its
+/// stream while a write is in flight and the buffer is full, so a slow disk holds the server
+/// back through flow control. (One write per received chunk, awaited before the next, moved
+/// a body at a third of the speed.)
 struct Writer {
-    sink: Sink,
-    file: Option<File>,
+    out: Output,
+    writing: Option<tokio::task::JoinHandle<std::io::Result<Option<File>>>>,
 }
 
 impl Writer {
-    const fn new(sink: Sink) -> Self {
-        Self { sink, file: None }
-    }
-
-    async fn write(&mut self, data: Bytes) -> Result<(), String> {
-        let (sink, file) = (self.sink.clone(), self.file.take());
-        let written = tokio::task::spawn_blocking(move || {
-            let mut f = match file {
-                Some(f) => f,
-                None => sink.open()?,
-            };
-            f.write_all(&data)?;
-            Ok::<_, std::io::Error>(f)
-        })
-        .await;
-        match written {
-            Ok(Ok(f)) => {
-                self.file = Some(f);
-                Ok(())
-            }
-            Ok(Err(e)) => Err(format!("writing {}: {e}", self.sink)),
-            Err(e) => Err(format!("writing {}: {e}", self.sink)),
+    fn new(sink: Sink) -> Self {
+        Self {
+            out: Output::new(sink),
+            writing: None,
         }
     }
 
-    /// An empty body still makes its (empty) file.
-    async fn close(self) -> Result<(), String> {
-        if self.file.is_none() {
-            let sink = self.sink.clone();
-            tokio::task::spawn_blocking(move || sink.open().map(drop))
+    /// Waits for the write in flight, if any.
+    async fn settle(&mut self) -> Result<(), String> {
+        if let Some(w) = self.writing.take() {
+            let file = w
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("writing {}: {e}", self.sink))?;
+                .map_err(|e| format!("writing {}: {e}", self.out.sink()))?
+                .map_err(|e| format!("writing {}: {e}", self.out.sink()))?;
+            self.out.written(file);
         }
         Ok(())
+    }
+
+    /// Starts the next write if one is due and none is in flight.
+    fn start(&mut self) {
+        if self.writing.is_none()
+            && let Some(job) = self.out.next_write()
+        {
+            self.writing = Some(tokio::task::spawn_blocking(job));
+        }
+    }
+
+    async fn write(&mut self, data: &[u8]) -> Result<(), String> {
+        if self.out.room() < data.len() {
+            self.settle().await?;
+            self.start();
+        }
+        self.out.push(data);
+        self.start();
+        Ok(())
+    }
+
+    /// The rest, and the file closed (an empty body still makes its file).
+    async fn close(mut self) -> Result<(), String> {
+        self.out.end();
+        loop {
+            self.settle().await?;
+            if self.out.done() {
+                return Ok(());
+            }
+            self.start();
+        }
     }
 }

@@ -81,6 +81,10 @@ pub struct ClientConfig {
     /// Update the keys of each connection once, as soon as the handshake is confirmed and a
     /// response has begun to arrive (`client::keys`).
     pub key_update: bool,
+    /// h3: give up on each response once this many of its body bytes have arrived
+    /// (`STOP_SENDING` with `H3_REQUEST_CANCELLED`, as a browser leaving a page does): the
+    /// request counts as cancelled, not failed.
+    pub cancel_after: Option<u64>,
 }
 
 /// Where response bodies go.
@@ -124,6 +128,7 @@ impl Default for ClientConfig {
             progress: false,
             cipher_suites: tls::CipherSuite::ALL.to_vec(),
             key_update: false,
+            cancel_after: None,
         }
     }
 }

@@ -23,6 +23,12 @@ pub struct ClientReport {
     pub requests: u64,
     /// Requests that failed.
     pub failed_requests: u64,
+    /// h3: requests the server refused unprocessed after its GOAWAY (`H3_REQUEST_REJECTED`,
+    /// or not sent once the GOAWAY came): not failed, and safe to retry elsewhere; `errors`
+    /// says how many.
+    pub rejected_requests: u64,
+    /// h3: requests given up on by `--cancel-after` (not failed).
+    pub cancelled_requests: u64,
     /// Connections completed.
     pub connections: u64,
     /// Connections allowed open at once.
@@ -103,9 +109,22 @@ impl ClientReport {
         } else {
             format!("{:.1} Mbit/s", self.gbps * 1e3)
         };
+        let mut others = String::new();
+        if self.rejected_requests > 0 {
+            others.push_str(&format!(", {} rejected", self.rejected_requests));
+        }
+        if self.cancelled_requests > 0 {
+            others.push_str(&format!(", {} cancelled", self.cancelled_requests));
+        }
         format!(
-            "{} ({} failed) on {}: received {} B in {:.3} s, {rate}",
-            plural(self.requests + self.failed_requests, "request"),
+            "{} ({} failed{others}) on {}: received {} B in {:.3} s, {rate}",
+            plural(
+                self.requests
+                    + self.failed_requests
+                    + self.rejected_requests
+                    + self.cancelled_requests,
+                "request"
+            ),
             self.failed_requests,
             plural(self.connections, "connection"),
             self.bytes_received,

@@ -200,6 +200,12 @@ impl Pacer {
         self.release
     }
 
+    /// Drops a pending release: the connection sends past its pacer now (its handshake, its
+    /// close), and a release left pending would wake it at once, again and again.
+    pub const fn clear_release(&mut self) {
+        self.release = None;
+    }
+
     /// Takes `bytes` that just left.
     #[expect(clippy::cast_precision_loss, reason = "token arithmetic")]
     pub fn consume(&mut self, bytes: usize) {

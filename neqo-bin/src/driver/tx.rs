@@ -67,12 +67,19 @@ impl Driver {
             }
             let mtu = usize::from(c.conn.current_mtu());
             let mut max = path.io.max_segments_for(mtu);
-            if self.pacing && c.conn.is_handshaking() {
+            if self.pacing && (c.conn.is_handshaking() || c.conn.is_closed()) {
                 // The handshake's flights go out unpaced (the pacer has no RTT sample yet and
                 // would hold each flight back by tens of milliseconds), in runs of at most
                 // BURST_DATAGRAMS; anti-amplification and the initial window bound them, and
-                // RFC 9002 §7.7 lets a sender burst its initial window.
+                // RFC 9002 §7.7 lets a sender burst its initial window. So does a
+                // CONNECTION_CLOSE: a close held back by the pacer left a shutting-down driver
+                // with nothing ready, which ended it with the close unsent, and the peer
+                // waited out its idle timeout.
                 max = max.min(BURST_DATAGRAMS);
+                if c.pacer.release().is_some() {
+                    c.pacer.clear_release();
+                    self.conns.pacer_checked(idx);
+                }
             } else if self.pacing {
                 let window = c.conn.congestion_state().window();
                 let allowed = c.pacer.allowance(now, window, c.conn.rtt(), mtu, wait);

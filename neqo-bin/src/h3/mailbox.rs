@@ -19,7 +19,7 @@ use std::{
     task::Waker,
 };
 
-pub use super::reader::RECV_HELD;
+pub use super::reader::{PIECE_COST, RECV_HELD};
 use super::{
     guard::Guard,
     reader::{Holding, Inbound, Reader},

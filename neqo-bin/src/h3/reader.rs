@@ -37,7 +37,7 @@ pub(super) const REFILL_AT: usize = RECV_HELD / 2;
 
 /// What a held piece costs beside its bytes: its record here (and in `h3`'s hands the
 /// `Bytes` it arrives as) and its share of an allocation's header.
-pub(super) const PIECE_COST: usize = 64;
+pub const PIECE_COST: usize = 64;
 
 /// One stream's received bytes on their way to `h3`.
 #[derive(Debug)]

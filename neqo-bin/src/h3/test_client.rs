@@ -97,6 +97,7 @@ async fn request(
     method: String,
     path: String,
     cancel: Option<Cancel>,
+    upload: u64,
 ) -> Result<Got, h3::error::StreamError> {
     let req = http::Request::builder()
         .method(method.as_str())
@@ -104,6 +105,14 @@ async fn request(
         .body(())
         .unwrap();
     let mut s = send.send_request(req).await?;
+    if method == "POST" {
+        let mut at = 0;
+        while at < upload {
+            let chunk = crate::pattern::chunk(at, upload - at);
+            at += chunk.len() as u64;
+            s.send_data(chunk).await?;
+        }
+    }
     if !matches!(cancel, Some(Cancel::Reset | Cancel::Both)) {
         s.finish().await?;
     }
@@ -158,6 +167,8 @@ pub struct Client {
     late: bool,
     /// Each request once the one before it is answered.
     sequential: bool,
+    /// The body of each `POST`: this many pattern bytes.
+    upload: u64,
     ch: Option<ConnectionHandle>,
     pub engine: Engine,
     /// Each request's answer, or its error.
@@ -185,6 +196,7 @@ impl Client {
             stay_open: false,
             late: false,
             sequential: false,
+            upload: 0,
             ch: None,
             engine: Engine::new(),
             got: Rc::default(),
@@ -226,6 +238,13 @@ impl Client {
         self
     }
 
+    /// Sends `n` pattern bytes as the body of each `POST`.
+    #[must_use]
+    pub const fn posting(mut self, n: u64) -> Self {
+        self.upload = n;
+        self
+    }
+
     /// Its connection, once opened.
     pub const fn handle(&self) -> Option<ConnectionHandle> {
         self.ch
@@ -262,8 +281,13 @@ impl Application for Client {
             );
             let (t, spawner) = (self.engine.transport(), self.engine.spawner());
             let (requests, got) = (self.requests.clone(), Rc::clone(&self.got));
-            let (cancelled, stay_open, late, sequential) =
-                (self.cancelled, self.stay_open, self.late, self.sequential);
+            let (cancelled, stay_open, late, sequential, upload) = (
+                self.cancelled,
+                self.stay_open,
+                self.late,
+                self.sequential,
+                self.upload,
+            );
             self.engine.spawner().spawn(async move {
                 let (mut conn, send) = match h3::client::new(t).await {
                     Ok(c) => c,
@@ -280,7 +304,7 @@ impl Application for Client {
                     let (sender, got) = (send.clone(), Rc::clone(&got));
                     spawner.spawn(async move {
                         for (method, path) in requests {
-                            let r = request(sender.clone(), method, path, None)
+                            let r = request(sender.clone(), method, path, None, upload)
                                 .await
                                 .map_err(|e| e.to_string());
                             got.borrow_mut().push(r);
@@ -297,12 +321,12 @@ impl Application for Client {
                     let cancel = cancelled.and_then(|(how, n)| (i < n).then_some(how));
                     let late = (late && i == last).then(|| send.clone());
                     spawner.spawn(async move {
-                        let r = request(send, method, path, cancel)
+                        let r = request(send, method, path, cancel, upload)
                             .await
                             .map_err(|e| e.to_string());
                         got.borrow_mut().push(r);
                         if let Some(late) = late {
-                            let r = request(late, "GET".into(), "/late".into(), None)
+                            let r = request(late, "GET".into(), "/late".into(), None, 0)
                                 .await
                                 .map_err(|e| e.to_string());
                             got.borrow_mut().push(r);

@@ -1,8 +1,9 @@
 //! The server's HTTP/3 connections (ALPN `h3`): each an [`Engine`](crate::h3::Engine) whose tasks are the `h3`
 //! crate's server connection and one task per request. A request is `GET` or `HEAD` of `/N`
 //! (N generated pattern bytes) or of a file under the root, under the same naming rules as
-//! `hq-interop` ([`hq::target`], [`hq::open`]); files are read off the driver thread, one
-//! chunk in flight per request, so a slow reader holds the file back through flow control.
+//! `hq-interop` ([`hq::target`], [`hq::open`]), or a `POST`, whose body is counted and
+//! answered with its length; files are read off the driver thread, one chunk in flight per
+//! request, so a slow reader holds the file back through flow control.
 //!
 //! At shutdown each connection sends GOAWAY (RFC 9114 section 5.2) naming the first request
 //! it will not process: the requests accepted before it finish, later ones are rejected
@@ -45,6 +46,8 @@ pub struct Http3Counters {
     pub responses: u64,
     /// Body bytes sent.
     pub body_bytes: u64,
+    /// Request body bytes received (`POST`).
+    pub uploaded_bytes: u64,
     /// Requests answered with an error status (4xx, 5xx).
     pub error_statuses: u64,
     /// Requests that ended without a whole response: cancelled by the client, or a stream
@@ -60,6 +63,7 @@ impl Http3Counters {
     pub fn add(&mut self, other: &Self) {
         self.responses += other.responses;
         self.body_bytes += other.body_bytes;
+        self.uploaded_bytes += other.uploaded_bytes;
         self.error_statuses += other.error_statuses;
         self.cancelled += other.cancelled;
         self.rejected += other.rejected;
@@ -224,6 +228,7 @@ impl Http3 {
         report.requests += now.responses - was.responses;
         report.refused_requests += now.error_statuses - was.error_statuses;
         report.bytes_sent += now.body_bytes - was.body_bytes;
+        report.bytes_received += now.uploaded_bytes - was.uploaded_bytes;
         report.http3 = now;
         self.reported = now;
     }

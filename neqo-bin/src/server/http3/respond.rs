@@ -1,9 +1,10 @@
 //! One HTTP/3 request answered: `GET` or `HEAD` of `/N` or of a file under the root, the
-//! status, `content-length`, `content-type`, and the body, a chunk at a time.
+//! status, `content-length`, `content-type`, and the body, a chunk at a time; a `POST`'s
+//! body read and counted, answered with its length.
 
 use std::path::Path;
 
-use bytes::Bytes;
+use bytes::{Buf as _, Bytes};
 use h3::server::RequestStream;
 use http::{Method, Request, Response, StatusCode};
 
@@ -63,6 +64,7 @@ pub(super) async fn respond(
     let head = match *request.method() {
         Method::GET => false,
         Method::HEAD => true,
+        Method::POST => return upload(stream, counters).await,
         _ => return status_only(stream, StatusCode::METHOD_NOT_ALLOWED, counters).await,
     };
     let path = request.uri().path().to_owned();
@@ -127,6 +129,28 @@ pub(super) async fn respond(
         counters.borrow_mut().body_bytes += chunk.len() as u64;
         stream.send_data(chunk).await?;
     }
+    stream.finish().await?;
+    Ok(true)
+}
+
+/// A `POST`: its body read (whatever the path) and counted, answered with its length in
+/// decimal, so that the client knows every byte arrived (as `perf` answers an upload).
+async fn upload(stream: &mut Stream, counters: &Counters) -> Result<bool, Failed> {
+    let mut n = 0u64;
+    while let Some(chunk) = stream.recv_data().await? {
+        n += chunk.remaining() as u64;
+    }
+    counters.borrow_mut().uploaded_bytes += n;
+    let body = Bytes::from(n.to_string());
+    let response = Response::builder()
+        .status(StatusCode::OK)
+        .header("content-length", body.len())
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(())
+        .unwrap_or_default();
+    stream.send_response(response).await?;
+    counters.borrow_mut().body_bytes += body.len() as u64;
+    stream.send_data(body).await?;
     stream.finish().await?;
     Ok(true)
 }

@@ -209,6 +209,12 @@ fn register_worker(r: &mut Registry, report: &ServerReport) {
         http3.register(name, help, counter(v));
     }
     http3.register_with_unit(
+        "uploaded",
+        "HTTP/3 request body bytes received (POST)",
+        Unit::Bytes,
+        counter(h3.uploaded_bytes),
+    );
+    http3.register_with_unit(
         "body",
         "HTTP/3 response body bytes sent",
         Unit::Bytes,

@@ -120,7 +120,7 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
     let page = b"<!doctype html><title>t</title><img src=img.png>".to_vec();
     let image: Vec<u8> = (0..100_003u32).map(|i| (i * 7 % 256) as u8).collect();
     let big = vec![b'x'; 3_000_000];
-    let body_bytes = (page.len() + image.len() + 100_000) as u64;
+    let body_bytes = (page.len() + image.len() + 100_000 + "250000".len()) as u64;
     let root = Root::new(&[
         ("index.html", &page),
         ("img.png", &image),
@@ -143,9 +143,11 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
             ("GET", "/missing.html"),
             ("GET", "//etc/passwd"),
             ("GET", "/../index.html"),
-            ("POST", "/index.html"),
+            ("DELETE", "/index.html"),
+            ("POST", "/upload"),
         ],
-    );
+    )
+    .posting(250_000);
     let (report, c) = exchange(config, c);
     let answers: Vec<Got> = c.answers().into_iter().map(|g| g.unwrap()).collect();
     let mut head = Got::ok(
@@ -168,24 +170,31 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
         Got::status("GET", "/missing.html", 404),
         Got::status("GET", "//etc/passwd", 404),
         Got::status("GET", "/../index.html", 404),
-        Got::status("POST", "/index.html", 405),
+        Got::status("DELETE", "/index.html", 405),
+        Got::ok(
+            "POST",
+            "/upload",
+            b"250000".to_vec(),
+            Some("text/plain; charset=utf-8"),
+        ),
     ];
     want.sort_by_key(|g| (g.path.clone(), g.method.clone()));
     assert_eq!(answers, want);
     let h = report.http3;
     assert_eq!(
-        (h.responses, h.error_statuses, h.cancelled),
-        (4, 4, 0),
+        (h.responses, h.error_statuses, h.cancelled, h.uploaded_bytes),
+        (5, 4, 0, 250_000),
         "{h:?}"
     );
-    assert_eq!(report.requests, 4);
+    assert_eq!(report.requests, 5);
     assert_eq!(report.refused_requests, 4);
+    assert_eq!(report.bytes_received, 250_000);
     assert_eq!(h.body_bytes, body_bytes);
     // `--stats` and `--metrics` carry HTTP/3's share.
     let summary = report.summary();
     assert!(
         summary.contains(&format!(
-            "requests 4 refused 4, sent {body_bytes} B, received 0 B, lost packets 0, HTTP/3 responses 4 error statuses 4 cancelled 0 rejected 0 body {body_bytes} B\n"
+            "requests 5 refused 4, sent {body_bytes} B, received 250000 B, lost packets 0, HTTP/3 responses 5 error statuses 4 cancelled 0 rejected 0 body {body_bytes} B\n"
         )),
         "{summary}"
     );
@@ -193,10 +202,11 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
     board.publish(0, report.clone());
     let text = board.render();
     for line in [
-        "neqo_server_http3_responses_total{worker=\"0\"} 4".to_owned(),
+        "neqo_server_http3_responses_total{worker=\"0\"} 5".to_owned(),
         "neqo_server_http3_error_statuses_total{worker=\"0\"} 4".to_owned(),
         "neqo_server_http3_cancelled_total{worker=\"0\"} 0".to_owned(),
         format!("neqo_server_http3_body_bytes_total{{worker=\"0\"}} {body_bytes}"),
+        "neqo_server_http3_uploaded_bytes_total{worker=\"0\"} 250000".to_owned(),
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
