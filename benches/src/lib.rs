@@ -2,6 +2,7 @@
 
 pub mod attack;
 pub mod cpu;
+pub mod procfs;
 pub mod tcp_tls;
 pub mod transfer;
 pub mod udp;

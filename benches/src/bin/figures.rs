@@ -144,6 +144,12 @@ const FIGURES: &[Figure] = &[
         ],
         markdown: true,
     },
+    Figure {
+        name: "steady",
+        about: "a million requests over HTTP/3 and over hq-interop: the server's RSS after each 100 000",
+        cargo: &["run", "--release", "-p", "benches", "--bin", "steady"],
+        markdown: true,
+    },
 ];
 
 const RESULTS: &str = "docs/results";

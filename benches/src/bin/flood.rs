@@ -69,12 +69,9 @@ mod linux {
 
     /// The resident set of process `pid` now, in MB.
     fn rss_mb(pid: u32) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-            .map_or(0.0, |kib| kib / 1024.0)
+        #[expect(clippy::cast_precision_loss, reason = "a size in MB")]
+        let kib = benches::procfs::rss_kib(pid) as f64;
+        kib / 1024.0
     }
 
     /// One download of 1 MB by `neqo-client`: its wall time in ms, or why it failed.

@@ -20,6 +20,10 @@
 //! connection each, against neqo-server and the msquic server (`--server-arg ARG`, repeatable,
 //! adds to neqo-server's command line: `--server-arg --ack-every=32`).
 //!
+//! With `--h3-servers` it compares HTTP/3 servers instead (`servers.rs`): neqo-server and
+//! Caddy, with neqo-client's and ngtcp2's clients: a large download's server CPU per GB and
+//! 10 000 GETs' server CPU per request.
+//!
 //! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin,
 //! `msquic-peer` with its `msquic` feature, and `tcp-tls` from benches) and says which pairs
 //! it skipped and why.
@@ -34,6 +38,7 @@ use std::{path::PathBuf, process::ExitCode};
 mod curve;
 mod netns;
 mod pairs;
+mod servers;
 mod stacks;
 mod table;
 
@@ -57,6 +62,8 @@ struct Args {
     stacks: Option<Vec<u64>>,
     /// More arguments for neqo-server in `--stacks` (`--server-arg`, repeatable).
     server_args: Vec<String>,
+    /// neqo-server against Caddy over HTTP/3, instead of the pairs.
+    h3_servers: bool,
 }
 
 /// The curve's concurrencies unless `--concurrency` says otherwise.
@@ -114,6 +121,7 @@ fn parse_args() -> Result<Args, String> {
         mtu: None,
         stacks: None,
         server_args: Vec::new(),
+        h3_servers: false,
     };
     let mut levels = None;
     let mut workers = None;
@@ -154,6 +162,7 @@ fn parse_args() -> Result<Args, String> {
                     })?;
             }
             "--curve" => a.curve = Some(CURVE_LEVELS.to_vec()),
+            "--h3-servers" => a.h3_servers = true,
             "--stacks" => a.stacks = Some(vec![1, 64]),
             "--server-arg" => a.server_args.push(value("--server-arg")?),
             "--processes" => {
@@ -180,7 +189,7 @@ fn parse_args() -> Result<Args, String> {
             "--io" => io = Some(parse_io_modes(&value("--io")?)?),
             "-h" | "--help" => {
                 println!(
-                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--io M1,M2,...] [--runs N] [--bytes B] [--no-build]\n       compare --stacks [--processes C1,C2,...] [--server-arg ARG]... [--runs N] [--bytes B] [--no-build]"
+                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--io M1,M2,...] [--runs N] [--bytes B] [--no-build]\n       compare --stacks [--processes C1,C2,...] [--server-arg ARG]... [--runs N] [--bytes B] [--no-build]\n       compare --h3-servers [--runs N] [--bytes B] [--no-build]"
                 );
                 std::process::exit(0);
             }
@@ -191,6 +200,9 @@ fn parse_args() -> Result<Args, String> {
         (Some(l), Some(c)) => *c = l,
         (Some(_), None) => return Err("--concurrency: only with --curve".to_owned()),
         (None, _) => {}
+    }
+    if a.h3_servers && (a.stacks.is_some() || a.curve.is_some() || a.mtu.is_some()) {
+        return Err("--h3-servers: not with --stacks, --curve or --mtu".to_owned());
     }
     if a.stacks.is_some() && (a.curve.is_some() || a.mtu.is_some()) {
         return Err("--stacks (or --processes): not with --curve or --mtu".to_owned());
@@ -321,6 +333,18 @@ fn main() -> ExitCode {
         }
     };
     let peers = prepare(args.build);
+    if args.h3_servers {
+        let failed = servers::h3_servers(
+            &peers,
+            args.bytes.unwrap_or(256 << 20),
+            args.runs.unwrap_or(3),
+        );
+        if failed > 0 {
+            eprintln!("compare: {failed} point(s) failed");
+            return ExitCode::FAILURE;
+        }
+        return ExitCode::SUCCESS;
+    }
     if let Some(processes) = &args.stacks {
         let bytes = args.bytes.unwrap_or(256 << 20);
         let failed = stacks::stacks(

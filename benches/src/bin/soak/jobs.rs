@@ -3,7 +3,7 @@
 //! any, and the verdict on how it ended.
 
 use std::{
-    net::SocketAddr,
+    net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -52,11 +52,25 @@ pub enum Kind {
     Killed,
     /// A path the server refuses with a stream reset.
     Refused,
+    /// HTTP/3, as a browser loads a page: the page and 30 files and generated bodies at once
+    /// on one connection.
+    H3Page,
+    /// HTTP/3 downloads of 8 to 32 MB, over one or two connections.
+    H3Download,
+    /// HTTP/3 POSTs of 100 kB to 8 MB, each answered with its count.
+    H3Upload,
+    /// HTTP/3 responses given up on mid-body (STOP_SENDING), the connection going on.
+    H3Cancel,
+    /// HTTP/3 through a relay with loss, reordering and a new client port every 300 ms.
+    H3Impaired,
+    /// A server of its own shut down under HTTP/3 load: GOAWAY, the requests it took answered,
+    /// the later ones rejected, a clean exit.
+    H3Drain,
 }
 
 impl Kind {
     /// Each kind and its weight in the mix.
-    pub const MIX: [(Self, u32); 9] = [
+    pub const MIX: [(Self, u32); 15] = [
         (Self::Download, 6),
         (Self::File, 3),
         (Self::Upload, 3),
@@ -66,6 +80,12 @@ impl Kind {
         (Self::Cancelled, 2),
         (Self::Killed, 1),
         (Self::Refused, 1),
+        (Self::H3Page, 4),
+        (Self::H3Download, 2),
+        (Self::H3Upload, 2),
+        (Self::H3Cancel, 2),
+        (Self::H3Impaired, 1),
+        (Self::H3Drain, 1),
     ];
 
     pub const fn name(self) -> &'static str {
@@ -79,6 +99,12 @@ impl Kind {
             Self::Cancelled => "cancelled",
             Self::Killed => "killed",
             Self::Refused => "refused",
+            Self::H3Page => "h3 page",
+            Self::H3Download => "h3 download",
+            Self::H3Upload => "h3 upload",
+            Self::H3Cancel => "h3 cancel",
+            Self::H3Impaired => "h3 impaired",
+            Self::H3Drain => "h3 drain",
         }
     }
 }
@@ -96,6 +122,11 @@ enum Expect {
     Reset,
     /// Anything but a hang: the fault ends it.
     Faulted,
+    /// Success: `requests` answered whole, `cancelled` given up on.
+    Cancel { requests: u64, cancelled: u64 },
+    /// Its server drained: of `total` requests none failed, each answered or rejected, and
+    /// the server exited cleanly.
+    Drain { total: u64 },
 }
 
 /// A signal for the client, by `kill`.
@@ -107,6 +138,9 @@ enum Fault {
     Kill(Duration),
     /// SIGSTOP for 700 ms of every second.
     Stalls,
+    /// SIGTERM for the job's own server once its metrics at `.0` show responses, at least
+    /// `.1` after the start.
+    Drain(SocketAddr, Duration),
 }
 
 /// How a job ended.
@@ -134,11 +168,69 @@ pub struct Job {
     fault: Option<Fault>,
     child: Child,
     relay: Option<Server>,
+    /// A server of the job's own ([`Kind::H3Drain`]).
+    own_server: Option<Server>,
     started: Instant,
     dir: PathBuf,
     /// The client is stopped now (the slow reader).
     stopped: bool,
     signalled: bool,
+}
+
+/// A relay with 1 % loss and reordering, 2 ms each way, and a new client port every
+/// [`REBIND_EVERY_MS`], in front of `server`.
+fn impairing_relay(server: SocketAddr, seed: u32) -> anyhow::Result<Server> {
+    Server::start(
+        Command::new(release_binary("neqo-relay")).args([
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--upstream".into(),
+            server.to_string(),
+            "--loss".into(),
+            "0.01".into(),
+            "--reorder".into(),
+            "0.01".into(),
+            "--delay".into(),
+            "2".into(),
+            "--rebind-every".into(),
+            REBIND_EVERY_MS.to_string(),
+            "--seed".into(),
+            seed.to_string(),
+        ]),
+        Duration::from_secs(20),
+    )
+    .map_err(|e| anyhow::anyhow!("neqo-relay: {e}"))
+}
+
+/// A free TCP port on 127.0.0.1.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The HTTP/3 responses the metrics endpoint at `addr` counts; `None` when it does not
+/// answer (within a second).
+fn h3_responses(addr: SocketAddr) -> Option<u64> {
+    use std::io::{Read as _, Write as _};
+    let limit = Duration::from_secs(1);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, limit).ok()?;
+    s.set_read_timeout(Some(limit)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let n: f64 = out
+        .lines()
+        .filter(|l| l.starts_with("neqo_server_http3_responses_total"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a count"
+    )]
+    Some(n as u64)
 }
 
 fn kill(pid: u32, signal: &str) {
@@ -164,6 +256,7 @@ impl Job {
         let mut args: Vec<String> = vec!["--insecure".into(), "--no-progress".into()];
         let mut target = server;
         let mut relay = None;
+        let mut own_server = None;
         let mut fault = None;
         let url = |to: SocketAddr, path: &str| format!("https://{to}{path}");
         let expect = match kind {
@@ -234,34 +327,144 @@ impl Job {
                     bytes: conns * 1000,
                 }
             }
-            Kind::Impaired => {
-                let r = Server::start(
-                    Command::new(release_binary("neqo-relay")).args([
-                        "--listen".into(),
-                        "127.0.0.1:0".into(),
-                        "--upstream".into(),
-                        server.to_string(),
-                        "--loss".into(),
-                        "0.01".into(),
-                        "--reorder".into(),
-                        "0.01".into(),
-                        "--delay".into(),
-                        "2".into(),
-                        "--rebind-every".into(),
-                        REBIND_EVERY_MS.to_string(),
-                        "--seed".into(),
-                        rng.random::<u32>().to_string(),
-                    ]),
-                    Duration::from_secs(20),
-                )
-                .map_err(|e| anyhow::anyhow!("neqo-relay: {e}"))?;
+            Kind::Impaired | Kind::H3Impaired => {
+                let r = impairing_relay(server, rng.random())?;
                 target = r.addr();
                 relay = Some(r);
                 args.extend([url(target, "/4000000"), "-n".into(), "2".into()]);
+                if kind == Kind::H3Impaired {
+                    args.extend(["--alpn".into(), "h3".into()]);
+                }
                 Expect::Transfer {
                     requests: 2,
                     bytes: 8_000_000,
                 }
+            }
+            Kind::H3Page => {
+                // The page, then 30 files and generated bodies, all at once.
+                args.extend(["--alpn".into(), "h3".into(), "--parallel".into()]);
+                let mut bytes = FILES[2].1 as u64;
+                args.push(url(target, &format!("/{}", FILES[2].0)));
+                for _ in 0..30 {
+                    if rng.random_bool(0.5) {
+                        let (name, size) = FILES[rng.random_range(0..3)];
+                        bytes += size as u64;
+                        args.push(url(target, &format!("/{name}")));
+                    } else {
+                        let size = rng.random_range(1..=50_000u64);
+                        bytes += size;
+                        args.push(url(target, &format!("/{size}")));
+                    }
+                }
+                Expect::Transfer {
+                    requests: 31,
+                    bytes,
+                }
+            }
+            Kind::H3Download => {
+                let size = *[8_000_000u64, 32_000_000].choose(rng).unwrap_or(&1);
+                let conns = rng.random_range(1..=2u64);
+                let n = rng.random_range(1..=2u64);
+                args.extend([
+                    url(target, &format!("/{size}")),
+                    "--alpn".into(),
+                    "h3".into(),
+                    "--connections".into(),
+                    conns.to_string(),
+                    "--concurrency".into(),
+                    conns.to_string(),
+                    "-n".into(),
+                    n.to_string(),
+                ]);
+                Expect::Transfer {
+                    requests: conns * n,
+                    bytes: conns * n * size,
+                }
+            }
+            Kind::H3Upload => {
+                let up = *[100_000u64, 1_000_000, 8_000_000].choose(rng).unwrap_or(&1);
+                let n = rng.random_range(1..=3u64);
+                args.extend([
+                    url(target, "/upload"),
+                    "--alpn".into(),
+                    "h3".into(),
+                    "--upload".into(),
+                    up.to_string(),
+                    "-n".into(),
+                    n.to_string(),
+                ]);
+                if rng.random_bool(0.5) {
+                    args.push("--parallel".into());
+                }
+                Expect::Upload {
+                    requests: n,
+                    sent: n * up,
+                }
+            }
+            Kind::H3Cancel => {
+                // Long responses given up on after 100 kB to 2 MB, short ones whole, in turn
+                // on one connection.
+                let after = rng.random_range(100_000..=2_000_000u64);
+                let n = rng.random_range(2..=4u64);
+                args.extend([
+                    url(target, "/50000"),
+                    url(target, "/400000000"),
+                    "--alpn".into(),
+                    "h3".into(),
+                    "--cancel-after".into(),
+                    after.to_string(),
+                    "-n".into(),
+                    n.to_string(),
+                ]);
+                Expect::Cancel {
+                    requests: n,
+                    cancelled: n,
+                }
+            }
+            Kind::H3Drain => {
+                let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+                let s = Server::start(
+                    Command::new(release_binary("neqo-server")).args([
+                        "--listen".into(),
+                        "127.0.0.1:0".into(),
+                        "--alpn".into(),
+                        "h3".into(),
+                        "--workers".into(),
+                        "1".into(),
+                        "--drain-timeout".into(),
+                        "5".into(),
+                        "--metrics".into(),
+                        metrics.to_string(),
+                    ]),
+                    Duration::from_secs(20),
+                )
+                .map_err(|e| anyhow::anyhow!("neqo-server (to drain): {e}"))?;
+                target = s.addr();
+                own_server = Some(s);
+                fault = Some(Fault::Drain(
+                    metrics,
+                    Duration::from_millis(rng.random_range(300..1500)),
+                ));
+                let conns = rng.random_range(1..=4u64);
+                // Far more than is answered before the shutdown (all at once, fewer: a task
+                // each).
+                let parallel = rng.random_bool(0.5);
+                let n = if parallel { 5000 } else { 100_000 };
+                args.extend([
+                    url(target, "/100000"),
+                    "--alpn".into(),
+                    "h3".into(),
+                    "--connections".into(),
+                    conns.to_string(),
+                    "--concurrency".into(),
+                    conns.to_string(),
+                    "-n".into(),
+                    n.to_string(),
+                ]);
+                if parallel {
+                    args.push("--parallel".into());
+                }
+                Expect::Drain { total: conns * n }
             }
             Kind::Slow => {
                 fault = Some(Fault::Stalls);
@@ -303,6 +506,7 @@ impl Job {
             fault,
             child,
             relay,
+            own_server,
             started: Instant::now(),
             dir,
             stopped: false,
@@ -329,6 +533,19 @@ impl Job {
                     kill(pid, if stop { "-STOP" } else { "-CONT" });
                     self.stopped = stop;
                 }
+            }
+            // Once responses flow (or after 20 s: a load that never started is the client's
+            // verdict to give), the server's SIGTERM.
+            Some(Fault::Drain(metrics, after))
+                if !self.signalled
+                    && age >= after
+                    && (age >= Duration::from_secs(20)
+                        || h3_responses(metrics).is_some_and(|n| n > 0)) =>
+            {
+                if let Some(s) = &self.own_server {
+                    kill(s.id(), "-TERM");
+                }
+                self.signalled = true;
             }
             _ => {}
         }
@@ -361,6 +578,12 @@ impl Job {
             u("bytes_sent"),
             u("failed_requests"),
         );
+        let (rejected, cancelled) = (u("rejected_requests"), u("cancelled_requests"));
+        // The job's own server, stopped by its SIGTERM (or now): its exit.
+        let own = self
+            .own_server
+            .take()
+            .map(|s| s.stop_within(Duration::from_secs(15)));
         // The relay's own record, once it has stopped: how often it rebound the client (kept
         // beside the client's files, which stay when the job failed).
         let relay = self.relay.take().and_then(|r| r.stop().ok());
@@ -371,7 +594,10 @@ impl Job {
         let last_line = stderr.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
         let failure = |what: &str| format!("{what}: {status}; {last_line}");
         let verdict = match &self.expect {
-            _ if !status.success() && self.fault.is_none_or(|f| matches!(f, Fault::Stalls)) => {
+            _ if !status.success()
+                && self.fault.is_none_or(|f| matches!(f, Fault::Stalls))
+                && !matches!(self.expect, Expect::Drain { .. }) =>
+            {
                 match self.expect {
                     Expect::Reset if stderr.contains("reset") => {
                         Verdict::Explained("the server reset the refused path".into())
@@ -400,6 +626,34 @@ impl Job {
                 _ => Verdict::Unexplained(failure("ended before its fault")),
             },
             Expect::Reset => Verdict::Unexplained("the refused path was served".into()),
+            Expect::Cancel {
+                requests: r,
+                cancelled: c,
+            } => {
+                if status.success() && requests == *r && cancelled == *c && failed == 0 {
+                    Verdict::Ok
+                } else {
+                    Verdict::Unexplained(format!(
+                        "{requests} of {r} answered, {cancelled} of {c} cancelled, {failed} failed: {status}; {last_line}"
+                    ))
+                }
+            }
+            Expect::Drain { total } => match own {
+                Some(Ok(m)) if m.success() && !m.killed => {
+                    if failed == 0 && requests + rejected == *total {
+                        Verdict::Ok
+                    } else {
+                        Verdict::Unexplained(format!(
+                            "drained: {requests} answered, {rejected} rejected, {failed} failed of {total}; {last_line}"
+                        ))
+                    }
+                }
+                Some(Ok(m)) => {
+                    Verdict::Unexplained(format!("the drained server's exit: {}", m.ending()))
+                }
+                Some(Err(e)) => Verdict::Unexplained(format!("the drained server: {e}")),
+                None => Verdict::Unexplained("no server to drain".into()),
+            },
             Expect::Transfer { requests: r, bytes } => {
                 if requests == *r && received == *bytes && failed == 0 {
                     Verdict::Ok
@@ -446,6 +700,9 @@ impl Job {
     fn finish(&mut self, verdict: Verdict) -> Finished {
         if let Some(r) = self.relay.take() {
             let _ = r.stop();
+        }
+        if let Some(s) = self.own_server.take() {
+            let _ = s.stop();
         }
         if verdict == Verdict::Ok || matches!(verdict, Verdict::Explained(_)) {
             let _ = std::fs::remove_dir_all(&self.dir);

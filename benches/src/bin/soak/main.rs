@@ -1,10 +1,13 @@
-//! `soak`: `neqo-server` (two workers, a key file, a root, its metrics endpoint, default flags
-//! otherwise) under a mixed load for `--minutes M`, seeded: downloads and uploads of varied
-//! sizes (`hq-interop` and `perf`), files saved and compared, connection churn with
-//! resumption and 0-RTT, clients through a relay that loses, reorders and rebinds, slow
-//! readers (stopped for most of every second), requests cancelled by the client and reset by
-//! the server, clients killed mid-transfer, and every so often a burst of Initials from many
-//! spoofed sources and of garbage. Every body is verified.
+//! `soak`: `neqo-server` (two workers, a key file, a root, its metrics endpoint, `hq-interop`,
+//! `perf` and `h3`, default flags otherwise) under a mixed load for `--minutes M`, seeded:
+//! downloads and uploads of varied sizes (`hq-interop` and `perf`), files saved and compared,
+//! connection churn with resumption and 0-RTT, clients through a relay that loses, reorders
+//! and rebinds, slow readers (stopped for most of every second), requests cancelled by the
+//! client and reset by the server, clients killed mid-transfer; over HTTP/3, page-like bursts
+//! (a page and 30 files at once on one connection), large downloads, POST uploads, responses
+//! given up on mid-body, the impairing relay, and a server of its own shut down under load
+//! (GOAWAY: none fails, each request answered or rejected, a clean exit); and every so often
+//! a burst of Initials from many spoofed sources and of garbage. Every body is verified.
 //!
 //! Each second it samples the server: RSS, CPU, descriptors, threads (from `/proc`), open and
 //! half-open connections, receive windows granted, kernel drops, requests, datagrams and
@@ -190,7 +193,15 @@ mod linux {
         let metrics: SocketAddr = (Ipv4Addr::LOCALHOST, free_port()?).into();
         let server = Server::start(
             Command::new(release_binary("neqo-server"))
-                .args(["--listen", "127.0.0.1:0", "--workers", "2", "--key-file"])
+                .args([
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--workers",
+                    "2",
+                    "--alpn",
+                    "hq-interop,perf,h3",
+                    "--key-file",
+                ])
                 .arg(a.out.join("server.key"))
                 .arg("--root")
                 .arg(&www)

@@ -8,9 +8,6 @@ use std::{
     time::Duration,
 };
 
-/// Clock ticks per second in `/proc/PID/stat` (USER_HZ: 100 on every Linux architecture).
-const TICKS: f64 = 100.0;
-
 /// One sample.
 #[derive(Debug, Clone, Default)]
 pub struct Sample {
@@ -69,25 +66,9 @@ pub fn take(pid: u32, metrics: SocketAddr, t: f64, phase: &'static str) -> Sampl
         phase,
         ..Sample::default()
     };
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    s.rss_kib = field("VmRSS:");
-    s.threads = field("Threads:");
-    // utime and stime are fields 14 and 15; the command name (field 2) may hold spaces, so
-    // count from the ')' that ends it.
-    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        && let Some((_, rest)) = stat.rsplit_once(')')
-    {
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        s.cpu_s = (tick(11) + tick(12)) / TICKS;
-    }
+    s.rss_kib = benches::procfs::rss_kib(pid);
+    s.threads = benches::procfs::threads(pid);
+    s.cpu_s = benches::procfs::cpu_seconds(pid);
     s.fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
     if let Some(m) = scrape(metrics) {
         s.scraped = true;

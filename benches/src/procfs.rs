@@ -1,0 +1,64 @@
+//! What Linux's `/proc` says of another process: its resident set, threads and CPU time.
+//! Zero where it cannot be read (the process is gone, or this is not Linux).
+
+/// Clock ticks per second in `/proc/PID/stat` (`USER_HZ`, 100 on Linux).
+const TICKS: f64 = 100.0;
+
+/// The value of `name` (e.g. `VmRSS:`) in `/proc/PID/status`.
+fn status_field(pid: u32, name: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resident set size, in KiB.
+#[must_use]
+pub fn rss_kib(pid: u32) -> u64 {
+    status_field(pid, "VmRSS:")
+}
+
+/// Threads.
+#[must_use]
+pub fn threads(pid: u32) -> u64 {
+    status_field(pid, "Threads:")
+}
+
+/// CPU seconds used so far, user and system.
+#[must_use]
+pub fn cpu_seconds(pid: u32) -> f64 {
+    // utime and stime are fields 14 and 15; the command name (field 2) may hold spaces, so
+    // count from the ')' that ends it.
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / TICKS
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_a_resident_set_threads_and_cpu_time() {
+        let me = std::process::id();
+        // Work until the process has used more than two of /proc's 10 ms ticks.
+        let mut x = 0u64;
+        while crate::cpu::process_time() < std::time::Duration::from_millis(30) {
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        assert!(rss_kib(me) > 0);
+        assert!(threads(me) >= 1);
+        assert!(cpu_seconds(me) > 0.0);
+        assert_eq!((rss_kib(0), cpu_seconds(0)), (0, 0.0), "no such process");
+    }
+}
