@@ -15,7 +15,7 @@
 mod impair;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fmt, io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     sync::{Arc, Mutex, PoisonError},
@@ -291,15 +291,16 @@ impl Session {
         rebind.limit.is_none_or(|l| self.rebinds < l)
     }
 
-    /// Gives the session a new upstream socket, bound to `bind`.
+    /// Gives the session a new upstream socket, bound to `bind` at an address of `bound`'s
+    /// choosing.
     fn rebind(
         &mut self,
         client: SocketAddr,
-        bind: SocketAddr,
+        (bind, bound): (SocketAddr, &mut Bound),
         io: &neqo_udp::Config,
         from_server: &mpsc::UnboundedSender<(SocketAddr, Vec<BytesMut>)>,
     ) -> io::Result<()> {
-        let socket = Arc::new(Socket::bind(bind, io.clone())?);
+        let socket = Arc::new(bound.fresh(bind, io)?);
         self.reader.abort();
         self.reader = tokio::spawn(read_upstream(
             Arc::clone(&socket),
@@ -309,6 +310,33 @@ impl Session {
         self.upstream = socket;
         self.rebinds += 1;
         Ok(())
+    }
+}
+
+/// The upstream addresses the relay has bound. A rebinding gets an address and port the relay
+/// has not used before, as a NAT gives a rebound client a new 4-tuple: the kernel hands a port
+/// out again once its socket is closed, and a middlebox that remembers 4-tuples (conntrack in
+/// front of a fleet, docs/fleet.md) would send a reused one where it went before.
+#[derive(Debug, Default)]
+struct Bound(HashSet<SocketAddr>);
+
+impl Bound {
+    /// Tries for a fresh address before taking whatever comes.
+    const TRIES: usize = 64;
+
+    /// A socket bound to `bind` (port 0), at an address not used before if one comes within
+    /// [`Self::TRIES`].
+    fn fresh(&mut self, bind: SocketAddr, io: &neqo_udp::Config) -> io::Result<Socket> {
+        // Refused sockets stay bound until one is taken, so that the kernel cannot hand the
+        // same port back at once.
+        let mut refused = Vec::new();
+        loop {
+            let s = Socket::bind(bind, io.clone())?;
+            if self.0.insert(s.local_addr()?) || refused.len() >= Self::TRIES {
+                return Ok(s);
+            }
+            refused.push(s);
+        }
     }
 }
 
@@ -356,6 +384,7 @@ pub async fn run(
         config.seed.wrapping_add(0x9e37_79b9_7f4a_7c15),
     );
     let mut sessions: HashMap<SocketAddr, Session> = HashMap::new();
+    let mut bound = Bound::default();
     let mut sessions_total = 0u64;
     let (from_server_tx, mut from_server) =
         mpsc::unbounded_channel::<(SocketAddr, Vec<BytesMut>)>();
@@ -425,7 +454,7 @@ pub async fn run(
                         let session = match sessions.get_mut(&d.source) {
                             Some(s) => s,
                             None => {
-                                let upstream = Arc::new(Socket::bind(upstream_bind_addr(config.upstream), config.io.clone())?);
+                                let upstream = Arc::new(bound.fresh(upstream_bind_addr(config.upstream), &config.io)?);
                                 let reader = tokio::spawn(read_upstream(Arc::clone(&upstream), d.source, from_server_tx.clone()));
                                 sessions_total += 1;
                                 sessions.entry(d.source).or_insert(Session { upstream, last_active: now, reader, short_datagrams: 0, rebinds: 0 })
@@ -437,7 +466,7 @@ pub async fn run(
                         {
                             session.short_datagrams += 1;
                             if session.short_datagrams % n.max(1) == 0 && session.may_rebind(&r) {
-                                session.rebind(d.source, rebound_addr(config.upstream, r, rebinds)?, &config.io, &from_server_tx)?;
+                                session.rebind(d.source, (rebound_addr(config.upstream, r, rebinds)?, &mut bound), &config.io, &from_server_tx)?;
                                 rebinds += 1;
                             }
                         }
@@ -473,7 +502,7 @@ pub async fn run(
                 if let Some(r @ Rebind { every: RebindEvery::Interval(every), .. }) = config.rebind {
                     next_rebind = Some(now + every);
                     for (client, s) in sessions.iter_mut().filter(|(_, s)| s.may_rebind(&r)) {
-                        s.rebind(*client, rebound_addr(config.upstream, r, rebinds)?, &config.io, &from_server_tx)?;
+                        s.rebind(*client, (rebound_addr(config.upstream, r, rebinds)?, &mut bound), &config.io, &from_server_tx)?;
                         rebinds += 1;
                     }
                 }

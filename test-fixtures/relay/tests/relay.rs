@@ -608,6 +608,24 @@ fn rebinding_after_datagrams(addr: bool) -> Vec<SocketAddr> {
     distinct
 }
 
+/// A rebinding at every datagram, 400 times on one address: 400 different ports. The kernel
+/// hands a closed socket's port out again (without the relay's check this failed three runs
+/// in three), and a 4-tuple met again is one a middlebox may still route where it went before
+/// (docs/fleet.md).
+#[test]
+fn a_rebinding_never_reuses_an_address_and_port() {
+    let datagrams: Vec<Vec<u8>> = (1..=400).map(|seq| payload(seq, 32)).collect();
+    let rebind = Rebind {
+        every: RebindEvery::Datagrams(1),
+        addr: false,
+        limit: None,
+    };
+    let (sources, stats) = source_of_each(rebind, &datagrams);
+    assert_eq!(stats.rebinds, 400, "{stats:?}");
+    let distinct: HashSet<_> = sources.iter().collect();
+    assert_eq!(distinct.len(), sources.len(), "a source seen twice");
+}
+
 /// With a limit of one, the client is rebound at its 4th short header and not again.
 #[test]
 fn a_rebinding_limit_stops_the_count() {
