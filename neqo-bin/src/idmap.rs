@@ -6,12 +6,15 @@
 //! and stream IDs, which a peer can only open in order and up to the stream limit we grant.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     hash::{BuildHasherDefault, Hasher},
 };
 
 /// A `HashMap` with [`IdHasher`].
 pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// A `HashSet` with [`IdHasher`].
+pub type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
 
 /// FxHash's multiply step; `finish` rotates the well-mixed high bits down, because hashbrown
 /// picks buckets by the low bits (stream IDs are multiples of 4).

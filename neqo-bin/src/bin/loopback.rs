@@ -85,6 +85,9 @@ struct Row {
     server: Value,
 }
 
+#[global_allocator]
+static ALLOCATOR: neqo_bin::cli::Allocator = neqo_bin::cli::ALLOCATOR;
+
 fn main() -> ExitCode {
     init_logging();
     let args = Args::parse();

@@ -14,12 +14,14 @@
 
 use std::{
     cell::{Cell, RefCell},
-    collections::{HashMap, HashSet, VecDeque},
+    collections::VecDeque,
     rc::Rc,
     task::Waker,
 };
 
 pub use super::reader::{PIECE_COST, RECV_HELD};
+use crate::idmap::{IdMap, IdSet};
+
 use super::{
     guard::Guard,
     reader::{Holding, Inbound, Reader},
@@ -104,7 +106,7 @@ impl Stream {
     }
 
     /// Drops what is held for `h3`: the stream will not be read further.
-    pub(super) fn forget(&mut self, holding: &mut Holding, dirty: &mut HashSet<StreamId>) {
+    pub(super) fn forget(&mut self, holding: &mut Holding, dirty: &mut IdSet<StreamId>) {
         self.inbound.forget(holding, dirty);
     }
 
@@ -129,9 +131,11 @@ pub(super) struct OpenWaiter {
 /// A connection's streams as `h3` sees them, and what it asked of the connection.
 #[derive(Default)]
 pub struct Mailbox {
-    pub(super) streams: HashMap<StreamId, Stream>,
+    pub(super) streams: IdMap<StreamId, Stream>,
     /// Streams with something for [`Mailbox::pump`] to carry.
-    pub(super) dirty: HashSet<StreamId>,
+    pub(super) dirty: IdSet<StreamId>,
+    /// The ones a pump is carrying, kept for its allocation.
+    pumping: Vec<StreamId>,
     pub(super) accepted_bi: VecDeque<StreamId>,
     pub(super) accepted_uni: VecDeque<StreamId>,
     /// The tasks waiting to accept a stream: one slot per waiter and direction.
@@ -145,11 +149,15 @@ pub struct Mailbox {
     /// not all (with thousands of requests waiting for the peer's stream credit, waking
     /// all at each credit made the opening quadratic).
     pub(super) open_waiters: VecDeque<Rc<OpenWaiter>>,
+    /// Openers wait for stream credit and data arrived since: acknowledge it now.
+    ack_for_credit: bool,
+    /// When the last PING for credit left.
+    credit_ping: Option<std::time::Instant>,
     /// A close `h3` asked for, not yet carried.
     pub(super) close: Option<(u64, Bytes)>,
     pub(super) ended: Option<ConnectionErrorIncoming>,
     /// Streams finished whose data the peer has not all acknowledged yet.
-    pub(super) unacked: HashSet<StreamId>,
+    pub(super) unacked: IdSet<StreamId>,
     pub(super) holding: Holding,
 }
 
@@ -162,6 +170,9 @@ impl std::fmt::Debug for Mailbox {
             .finish_non_exhaustive()
     }
 }
+
+/// The least time between two PINGs that acknowledge data while openers wait for credit.
+const CREDIT_PING_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The shared handle on a [`Mailbox`].
 pub type Shared = Rc<RefCell<Mailbox>>;
@@ -246,6 +257,8 @@ impl Mailbox {
             }
             Event::Stream(StreamEvent::Readable { id } | StreamEvent::Writable { id }) => {
                 self.dirty.insert(*id);
+                // Data arrived while openers wait for the peer's stream credit: see `open`.
+                self.ack_for_credit |= self.want_bi + self.want_uni > 0;
             }
             Event::Stream(StreamEvent::Stopped { id, error_code }) => {
                 // RFC 9000 section 3.5: a stopped stream is answered with RESET_STREAM,
@@ -322,9 +335,11 @@ impl Mailbox {
     pub fn pump(&mut self, conn: &mut Connection, now: std::time::Instant) {
         self.carry_close(conn, now);
         if self.ended.is_none() {
-            self.open(conn);
+            self.open(conn, now);
         }
-        for id in std::mem::take(&mut self.dirty) {
+        let mut pumping = std::mem::take(&mut self.pumping);
+        pumping.extend(self.dirty.drain());
+        for &id in &pumping {
             let Some(s) = self.streams.get_mut(&id) else {
                 continue;
             };
@@ -342,6 +357,8 @@ impl Mailbox {
                 self.streams.remove(&id);
             }
         }
+        pumping.clear();
+        self.pumping = pumping;
         // A connection error the guard found.
         self.carry_close(conn, now);
     }
@@ -353,7 +370,7 @@ impl Mailbox {
         }
     }
 
-    fn open(&mut self, conn: &mut Connection) {
+    fn open(&mut self, conn: &mut Connection, now: std::time::Instant) {
         let mut opened = 0;
         for (dir, want, queue) in [
             (Dir::Bi, &mut self.want_bi, &mut self.opened_bi),
@@ -373,6 +390,22 @@ impl Mailbox {
             if !self.wake_opener() {
                 break;
             }
+        }
+        // Still short of credit, with responses just arrived: the peer gives credit back once
+        // it knows our streams' ends arrived (quinn-proto frees a stream when its FIN is
+        // acknowledged), and with nothing else to send we would acknowledge them only after
+        // our ACK delay, 25 ms: a client with more requests than the peer's stream limit moved
+        // a round of them per 25 ms (100 000 at once took 28 s, not 2.5). A PING carries the
+        // ACK now, at most one a millisecond (each costs the peer a packet to take in).
+        if self.ack_for_credit
+            && self.want_bi + self.want_uni > 0
+            && self
+                .credit_ping
+                .is_none_or(|at| now.saturating_duration_since(at) >= CREDIT_PING_EVERY)
+        {
+            self.ack_for_credit = false;
+            self.credit_ping = Some(now);
+            conn.ping();
         }
     }
 

@@ -15,11 +15,13 @@
 //! - bytes read that would not fit stay as they came, unscanned, in one copy: quinn-proto
 //!   cannot take them back. A connection holds at most its limit plus one such read.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 use h3::error::Code;
 use quinn_proto::{Connection, ReadError, StreamId};
+
+use crate::idmap::IdSet;
 
 use super::{
     guard::{Cut, Guard, Take, Violation},
@@ -84,7 +86,7 @@ impl Inbound {
     pub(super) fn take(
         &mut self,
         holding: &mut Holding,
-        dirty: &mut HashSet<StreamId>,
+        dirty: &mut IdSet<StreamId>,
     ) -> Option<Bytes> {
         let piece = self.pieces.pop_front()?;
         let cost = piece.len() + PIECE_COST;
@@ -101,7 +103,7 @@ impl Inbound {
     }
 
     /// Drops everything held: the stream will not be read further.
-    pub(super) fn forget(&mut self, holding: &mut Holding, dirty: &mut HashSet<StreamId>) {
+    pub(super) fn forget(&mut self, holding: &mut Holding, dirty: &mut IdSet<StreamId>) {
         self.pieces.clear();
         self.partial = BytesMut::new();
         self.unscanned = Bytes::new();
@@ -225,7 +227,7 @@ pub(super) struct Holding {
     /// The most `bytes` has been.
     pub(super) peak: usize,
     /// Streams left unread because the limit was reached: read again once there is room.
-    starved: HashSet<StreamId>,
+    starved: IdSet<StreamId>,
     /// The most streams `starved` has held.
     pub(super) peak_starved: usize,
     /// Where the guard cuts a chunk: kept between reads so that reading allocates nothing.
@@ -245,7 +247,7 @@ impl Holding {
     }
 
     /// `n` bytes are no longer held: streams left unread for want of room are read again.
-    pub(super) fn release(&mut self, n: usize, dirty: &mut HashSet<StreamId>) {
+    pub(super) fn release(&mut self, n: usize, dirty: &mut IdSet<StreamId>) {
         self.bytes -= n;
         if n > 0 && self.room() > 0 {
             dirty.extend(self.starved.drain());
@@ -256,7 +258,7 @@ impl Holding {
 /// Reads streams for `h3` within the connection's [`Holding`].
 pub(super) struct Reader<'a> {
     pub(super) holding: &'a mut Holding,
-    pub(super) dirty: &'a mut HashSet<StreamId>,
+    pub(super) dirty: &'a mut IdSet<StreamId>,
     pub(super) close: &'a mut Option<(u64, Bytes)>,
 }
 
@@ -391,7 +393,7 @@ mod tests {
     const HEADERS: u8 = 0x01;
 
     fn take_all(inbound: &mut Inbound, holding: &mut Holding) -> Vec<Bytes> {
-        let mut dirty = HashSet::new();
+        let mut dirty = IdSet::default();
         std::iter::from_fn(|| inbound.take(holding, &mut dirty)).collect()
     }
 

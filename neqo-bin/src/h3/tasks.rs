@@ -147,6 +147,8 @@ pub struct Tasks {
     conn: Arc<Connection>,
     /// The slots a run visits, kept for its allocation.
     due: Vec<usize>,
+    /// The tasks a run starts, kept for its allocation.
+    starting: Vec<LocalFuture>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -196,10 +198,11 @@ impl Tasks {
     /// Polls the new tasks and the woken ones, once each. Returns whether any was polled.
     /// Only those are visited: a woken task's waker listed its slot.
     pub fn run(&mut self) -> bool {
-        let new: Vec<LocalFuture> = std::mem::take(&mut *self.spawner.0.borrow_mut());
+        let mut new = std::mem::take(&mut self.starting);
+        std::mem::swap(&mut new, &mut *self.spawner.0.borrow_mut());
         let mut due = std::mem::take(&mut self.due);
         due.clear();
-        for future in new {
+        for future in new.drain(..) {
             let slot = self.free.pop().unwrap_or_else(|| {
                 self.slots.push(None);
                 self.slots.len() - 1
@@ -217,6 +220,7 @@ impl Tasks {
             });
             due.push(slot);
         }
+        self.starting = new;
         let any = self.conn.any.swap(false, Ordering::AcqRel);
         if !any && due.is_empty() {
             self.due = due;

@@ -176,6 +176,8 @@ pub struct Client {
     closed: bool,
     /// How the connection ended, when not closed by this client.
     pub lost: Option<quinn_proto::ConnectionError>,
+    /// PING frames it had sent when it closed the connection.
+    pub pings_sent: u64,
     drained: bool,
 }
 
@@ -202,6 +204,7 @@ impl Client {
             got: Rc::default(),
             closed: false,
             lost: None,
+            pings_sent: 0,
             drained: false,
         }
     }
@@ -343,7 +346,9 @@ impl Application for Client {
         driver.update(ch, |c| engine.drive(c, now));
         if !self.closed && !self.stay_open && self.got.borrow().len() >= self.requests.len() {
             self.closed = true;
+            let pings = &mut self.pings_sent;
             driver.update(ch, |c| {
+                *pings = c.stats().frame_tx.ping;
                 c.close(now, 0x100u32.into(), Bytes::from_static(b"done"));
             });
         }

@@ -273,7 +273,10 @@ fn a_hundred_concurrent_requests_through_loss() {
 
 /// A thousand requests at once, ten times what the server lets be open: each waits for a
 /// stream in turn, and once all are answered no opener is left waiting and the client's
-/// mailbox keeps only the control and QPACK streams.
+/// mailbox keeps only the control and QPACK streams. While requests wait for credit, the
+/// client acknowledges arriving responses at once (a PING carries the ACK): the server gives
+/// credit back only once it knows its responses arrived, and a client with nothing else to
+/// send would acknowledge them only after its ACK delay.
 #[test]
 fn requests_beyond_the_stream_limit_leave_no_waiter_behind() {
     let paths: Vec<String> = (0..1000).map(|i| format!("/{}", i % 97)).collect();
@@ -281,6 +284,11 @@ fn requests_beyond_the_stream_limit_leave_no_waiter_behind() {
     let mut pair = Pair::new(&refs);
     pair.run();
     assert_eq!(pair.got().len(), 1000);
+    assert!(
+        pair.client_app.pings_sent >= 9,
+        "a PING each round the client waited for credit: {}",
+        pair.client_app.pings_sent
+    );
     assert!(pair.got().iter().all(|g| g.status == 200));
     let e = &pair.client_app.engine;
     assert_eq!(e.open_waiters(), 0);

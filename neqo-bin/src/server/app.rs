@@ -3,7 +3,6 @@
 //! (`requests`), gives up handshakes that take too long, and prints stats at an interval.
 
 use std::{
-    path::Path,
     sync::Arc,
     task::{Context, Poll},
     time::Instant,
@@ -48,7 +47,7 @@ impl ServerApp {
     /// share of the limits ([`ServerConfig::worker_share`]).
     pub(super) fn new(
         worker: usize,
-        root: Option<Arc<Path>>,
+        root: Option<Arc<crate::disk::Root>>,
         base: Arc<quinn_proto::ServerConfig>,
         config: ServerConfig,
         ledger: Arc<Ledger>,

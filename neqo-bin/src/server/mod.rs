@@ -221,7 +221,7 @@ fn prepare(
         .metrics
         .map(|_| Arc::new(metrics::Board::new(config.workers, ledger.clone())));
     let shared = worker::Shared {
-        root: root.map(Arc::from),
+        root: root.map(|r| Arc::new(crate::disk::Root::new(&r))),
         server_config: Arc::new(server_config),
         layout,
         ledger,

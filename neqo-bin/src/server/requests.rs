@@ -5,7 +5,6 @@
 use std::{
     fs::File,
     ops::ControlFlow,
-    path::Path,
     sync::Arc,
     task::{Context, Poll},
 };
@@ -16,7 +15,7 @@ use quinn_proto::{Connection, ConnectionHandle, Dir, StreamId, VarInt};
 use super::{BAD_REQUEST, REFUSED, ServerReport};
 use crate::{
     body::{self, Pumped, ReadEnd, Source, StreamClosed},
-    disk::{self, FileChunk, Jobs},
+    disk::{self, FileChunk, Jobs, Root},
     hq::{self, Target},
     idmap::IdMap,
     perf,
@@ -70,16 +69,15 @@ pub(super) struct FileDone {
 /// The requests of every connection the server has accepted, and the file jobs they wait on.
 #[derive(Debug)]
 pub(super) struct Requests {
-    /// Canonical.
-    root: Option<Arc<Path>>,
+    root: Option<Arc<Root>>,
     conns: IdMap<ConnectionHandle, ConnState>,
     files: Jobs<FileDone>,
     next_token: u64,
 }
 
 impl Requests {
-    /// Requests for files under `root` (canonical); none without it.
-    pub(super) fn new(root: Option<Arc<Path>>) -> Self {
+    /// Requests for files under `root`; none without it.
+    pub(super) fn new(root: Option<Arc<Root>>) -> Self {
         Self {
             root,
             conns: IdMap::default(),
@@ -243,18 +241,39 @@ impl Requests {
             Request::Hq(buf) => match hq::parse_request(buf) {
                 Ok(Target::Generated(n)) => Ok(n),
                 Ok(Target::File(path)) => {
-                    let path = path.to_owned();
                     st.source = Some(Source::fed());
                     st.file = Some(FileState {
                         file: None,
                         remaining: 0,
                     });
-                    let (root, token) = (self.root.clone(), st.token);
+                    let token = st.token;
+                    // Small and cached: read here, no hand-off.
+                    if let Some(data) = self
+                        .root
+                        .as_deref()
+                        .and_then(|r| r.read_at_once(hq::relative_path(path).ok()?))
+                    {
+                        let chunk = FileChunk {
+                            file: None,
+                            data,
+                            remaining: 0,
+                        };
+                        let done = FileDone {
+                            ch,
+                            id,
+                            token,
+                            result: Ok(chunk),
+                        };
+                        self.file_done(conn, done, report);
+                        return;
+                    }
+                    let path = path.to_owned();
+                    let root = self.root.clone();
                     self.files.spawn(move || FileDone {
                         ch,
                         id,
                         token,
-                        result: hq::open(root.as_deref(), &path)
+                        result: hq::open(root.as_deref().map(Root::path), &path)
                             .map_err(|e| format!("refusing request for {path:?}: {e}"))
                             .and_then(|(file, len)| {
                                 disk::read_chunk(file, len)

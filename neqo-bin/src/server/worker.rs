@@ -11,7 +11,7 @@
 //! steering program (or the dispatcher) would go on sending its connections' datagrams to a
 //! socket (or channel) nobody reads, and without the dispatcher no worker receives.
 
-use std::{future::Future, path::Path, sync::Arc, thread::JoinHandle, time::Instant};
+use std::{future::Future, sync::Arc, thread::JoinHandle, time::Instant};
 
 use anyhow::{Context as _, bail};
 use neqo_udp::Datagram;
@@ -31,7 +31,7 @@ use crate::driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
 /// What every worker starts from.
 pub(super) struct Shared {
     /// Canonical.
-    pub(super) root: Option<Arc<Path>>,
+    pub(super) root: Option<Arc<crate::disk::Root>>,
     pub(super) server_config: Arc<quinn_proto::ServerConfig>,
     pub(super) layout: CidLayout,
     pub(super) ledger: Arc<Ledger>,

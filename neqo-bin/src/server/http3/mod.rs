@@ -15,7 +15,6 @@ mod shutdown;
 
 use std::{
     cell::{Cell, RefCell},
-    path::Path,
     rc::Rc,
     sync::Arc,
     task::{Context, Poll},
@@ -94,7 +93,7 @@ pub(super) struct Kept {
 /// The HTTP/3 connections of one worker.
 #[derive(Debug)]
 pub(super) struct Http3 {
-    root: Option<Arc<Path>>,
+    root: Option<Arc<crate::disk::Root>>,
     conns: Connections<()>,
     /// The counts already added to the report's totals.
     reported: Http3Counters,
@@ -103,8 +102,8 @@ pub(super) struct Http3 {
 }
 
 impl Http3 {
-    /// HTTP/3 connections serving files under `root` (canonical), if any.
-    pub(super) fn new(root: Option<Arc<Path>>) -> Self {
+    /// HTTP/3 connections serving files under `root`, if any.
+    pub(super) fn new(root: Option<Arc<crate::disk::Root>>) -> Self {
         Self {
             root,
             conns: Connections::default(),
@@ -238,7 +237,7 @@ impl Http3 {
 async fn serve(
     transport: H3Connection,
     spawner: Spawner,
-    root: Option<Arc<Path>>,
+    root: Option<Arc<crate::disk::Root>>,
     counters: Counters,
     shutdown: Rc<Shutdown>,
 ) {

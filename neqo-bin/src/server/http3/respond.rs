@@ -2,15 +2,18 @@
 //! status, `content-length`, `content-type`, and the body, a chunk at a time; a `POST`'s
 //! body read and counted, answered with its length.
 
-use std::path::Path;
+use std::{fs::File, path::Path};
 
 use bytes::{Buf as _, Bytes};
 use h3::server::RequestStream;
-use http::{Method, Request, Response, StatusCode};
+use http::{
+    HeaderValue, Method, Request, Response, StatusCode,
+    header::{CONTENT_LENGTH, CONTENT_TYPE},
+};
 
 use super::Counters;
 use crate::{
-    disk,
+    disk::{self, Root},
     h3::streams::BidiStream,
     hq::{self, Target},
     pattern,
@@ -54,11 +57,40 @@ async fn status_only(
     Ok(false)
 }
 
+/// Where a 200's body comes from.
+enum Body {
+    /// `/N`: the pattern.
+    Generated,
+    /// A file: its first chunk (read with the open), and the file for the rest, if any.
+    File(Option<Bytes>, Option<File>),
+}
+
+/// Why a file could not be answered 200.
+enum OpenFailed {
+    Open(hq::Error),
+    Read,
+}
+
+/// Opens the file at `path` under `root` and, unless only its head is wanted, reads its first
+/// chunk: one job on the blocking pool for both. Blocking.
+fn open_and_read(
+    root: Option<&Path>,
+    path: &str,
+    head: bool,
+) -> Result<(u64, Option<Bytes>, Option<File>), OpenFailed> {
+    let (file, len) = hq::open(root, path).map_err(OpenFailed::Open)?;
+    if head {
+        return Ok((len, None, None));
+    }
+    let chunk = disk::read_chunk(file, len).map_err(|_| OpenFailed::Read)?;
+    Ok((len, Some(chunk.data), chunk.file))
+}
+
 /// Answers `request`; `Ok(true)` for a whole 200 response, `Ok(false)` for an error status.
 pub(super) async fn respond(
     request: &Request<()>,
     stream: &mut Stream,
-    root: Option<&Path>,
+    root: Option<&Root>,
     counters: &Counters,
 ) -> Result<bool, Failed> {
     let head = match *request.method() {
@@ -72,29 +104,45 @@ pub(super) async fn respond(
         Ok(t) => t,
         Err(_) => return status_only(stream, StatusCode::BAD_REQUEST, counters).await,
     };
-    let (mut file, len, media) = match target {
-        Target::Generated(n) => (None, n, "application/octet-stream"),
+    let (len, media, mut body) = match target {
+        Target::Generated(n) => (n, "application/octet-stream", Body::Generated),
         Target::File(_) => {
-            let (root, opened) = (root.map(Path::to_path_buf), path.clone());
-            let open = tokio::task::spawn_blocking(move || hq::open(root.as_deref(), &opened));
-            match open.await {
-                Ok(Ok((f, len))) => (Some(Some(f)), len, content_type(&path)),
-                Ok(Err(hq::Error::Io(e))) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return status_only(stream, StatusCode::NOT_FOUND, counters).await;
+            // Small and cached: read here, no hand-off.
+            let at_once = root.and_then(|r| r.read_at_once(hq::relative_path(&path).ok()?));
+            if let Some(data) = at_once {
+                let len = data.len() as u64;
+                (len, content_type(&path), Body::File(Some(data), None))
+            } else {
+                let (root, opened) = (root.map(|r| r.path().to_path_buf()), path.clone());
+                let open = tokio::task::spawn_blocking(move || {
+                    open_and_read(root.as_deref(), &opened, head)
+                });
+                match open.await {
+                    Ok(Ok((len, first, file))) => {
+                        (len, content_type(&path), Body::File(first, file))
+                    }
+                    Ok(Err(OpenFailed::Open(hq::Error::Io(e))))
+                        if e.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        return status_only(stream, StatusCode::NOT_FOUND, counters).await;
+                    }
+                    Ok(Err(OpenFailed::Open(hq::Error::Io(_)) | OpenFailed::Read)) | Err(_) => {
+                        return status_only(stream, StatusCode::INTERNAL_SERVER_ERROR, counters)
+                            .await;
+                    }
+                    // A path that breaks the naming rules, leaves the root, or is no file: as
+                    // if it were not there.
+                    Ok(Err(OpenFailed::Open(_))) => {
+                        return status_only(stream, StatusCode::NOT_FOUND, counters).await;
+                    }
                 }
-                Ok(Err(hq::Error::Io(_))) | Err(_) => {
-                    return status_only(stream, StatusCode::INTERNAL_SERVER_ERROR, counters).await;
-                }
-                // A path that breaks the naming rules, leaves the root, or is no file: as
-                // if it were not there.
-                Ok(Err(_)) => return status_only(stream, StatusCode::NOT_FOUND, counters).await,
             }
         }
     };
     let response = Response::builder()
         .status(StatusCode::OK)
-        .header("content-length", len)
-        .header("content-type", media)
+        .header(CONTENT_LENGTH, len)
+        .header(CONTENT_TYPE, HeaderValue::from_static(media))
         .body(())
         .unwrap_or_default();
     stream.send_response(response).await?;
@@ -104,10 +152,11 @@ pub(super) async fn respond(
     }
     let mut sent = 0u64;
     while sent < len {
-        let chunk = match &mut file {
-            None => pattern::chunk(sent, len - sent),
-            Some(f) => {
-                let (f, remaining) = (f.take(), len - sent);
+        let chunk = match &mut body {
+            Body::Generated => pattern::chunk(sent, len - sent),
+            Body::File(first @ Some(_), _) => first.take().unwrap_or_default(),
+            Body::File(None, rest) => {
+                let (f, remaining) = (rest.take(), len - sent);
                 let read = tokio::task::spawn_blocking(move || {
                     f.map_or_else(
                         || Err(std::io::Error::other("no file left to read")),
@@ -116,7 +165,7 @@ pub(super) async fn respond(
                 });
                 match read.await {
                     Ok(Ok(c)) => {
-                        file = Some(c.file);
+                        *rest = c.file;
                         c.data
                     }
                     // The body cannot be sent whole: a reset, so that no truncated body

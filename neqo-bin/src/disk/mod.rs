@@ -11,10 +11,20 @@
 //! last one, and a writer reads no more of its QUIC stream while a chunk is being written, so
 //! a slow disk holds the peer back through flow control instead of filling memory.
 
+//!
+//! One exception: a small file whose path and bytes are in the kernel's caches is read on the
+//! thread that wants it ([`Root::read_at_once`]): that read cannot block, and a hand-off to
+//! the blocking pool (waking one of its threads, and the driver again with the result) cost
+//! more than the whole rest of a small request.
+
+mod at_once;
+
 use std::{
     collections::VecDeque,
     fs::File,
     io::{self, Read as _, Write as _},
+    path::Path,
+    sync::Arc,
     task::{Context, Poll},
 };
 
@@ -22,6 +32,40 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 
 use crate::pattern::CHUNK;
+
+/// A server's root directory: its canonical path, held open so that small cached files can be
+/// read at once.
+#[derive(Debug)]
+pub struct Root {
+    path: Arc<Path>,
+    dir: at_once::Dir,
+}
+
+impl Root {
+    /// The root at `canonical` (see [`crate::hq::canonical_root`]).
+    #[must_use]
+    pub fn new(canonical: &Path) -> Self {
+        Self {
+            path: Arc::from(canonical),
+            dir: at_once::Dir::open(canonical),
+        }
+    }
+
+    /// Its canonical path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The whole of the file at `rel` (a path [`crate::hq::relative_path`] accepted), when
+    /// it can be read without blocking: at most [`CHUNK`] bytes, a regular file under the
+    /// root, its path in the kernel's lookup cache and its bytes in the page cache (Linux
+    /// 5.12 and later). `None` otherwise: the blocking pool opens it, by the full rules.
+    #[must_use]
+    pub fn read_at_once(&self, rel: &Path) -> Option<Bytes> {
+        self.dir.read(rel, CHUNK)
+    }
+}
 
 /// Jobs running on tokio's blocking pool, and their results.
 ///
@@ -220,5 +264,68 @@ mod tests {
             assert_eq!(got, [0, 10, 20]);
             assert!(jobs.take().is_none());
         });
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod at_once_tests {
+    use std::path::Path;
+
+    use super::{CHUNK, Root};
+
+    /// A root with a small file, one a byte over [`CHUNK`], a directory, a FIFO and a link
+    /// out of the root; removed when dropped.
+    struct Tree(std::path::PathBuf);
+
+    impl Tree {
+        fn new() -> Self {
+            let base = std::env::temp_dir().join(format!("neqo-at-once-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&base);
+            let root = base.join("www");
+            std::fs::create_dir_all(root.join("dir")).unwrap();
+            std::fs::write(root.join("small"), b"hello").unwrap();
+            std::fs::write(root.join("empty"), b"").unwrap();
+            std::fs::write(root.join("big"), vec![7; CHUNK + 1]).unwrap();
+            std::fs::write(base.join("secret"), b"outside").unwrap();
+            std::os::unix::fs::symlink(base.join("secret"), root.join("out")).unwrap();
+            std::os::unix::fs::symlink("small", root.join("alias")).unwrap();
+            let fifo = std::ffi::CString::new(root.join("fifo").to_str().unwrap()).unwrap();
+            // SAFETY: a NUL-terminated path alive for the call.
+            assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+            Self(base)
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_small_cached_file_is_read_at_once_and_nothing_else_is() {
+        let tree = Tree::new();
+        let root = Root::new(&tree.0.join("www").canonicalize().unwrap());
+        let read = |p: &str| root.read_at_once(Path::new(p));
+        // Just written: its path and bytes are cached (the first read warms the lookup cache).
+        let _ = read("small");
+        assert_eq!(read("small").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(read("empty").as_deref(), Some(&b""[..]));
+        assert_eq!(
+            read("alias").as_deref(),
+            Some(&b"hello"[..]),
+            "a link within the root"
+        );
+        for refused in [
+            "big",
+            "dir",
+            "fifo",
+            "out",
+            "missing",
+            "../secret",
+            "/etc/passwd",
+        ] {
+            assert_eq!(read(refused), None, "{refused}");
+        }
     }
 }
