@@ -145,6 +145,23 @@ const FIGURES: &[Figure] = &[
         markdown: true,
     },
     Figure {
+        name: "h3-servers",
+        about: "HTTP/3 servers with the same clients: neqo-server against Caddy (quic-go)",
+        cargo: &[
+            "run",
+            "--release",
+            "-p",
+            "benches",
+            "--bin",
+            "compare",
+            "--",
+            "--h3-servers",
+            "--runs",
+            "3",
+        ],
+        markdown: true,
+    },
+    Figure {
         name: "steady",
         about: "a million requests over HTTP/3 and over hq-interop: the server's RSS after each 100 000",
         cargo: &["run", "--release", "-p", "benches", "--bin", "steady"],
