@@ -58,28 +58,31 @@ fn report(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// The client's reports of a successful run with `args`, its requests one after another and
+/// then all at once (`--parallel`).
+fn in_turn_and_in_parallel(dir: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+    [false, true]
+        .into_iter()
+        .map(|parallel| {
+            let json = dir.join(format!("client-{parallel}.json"));
+            let mut a = args.to_vec();
+            a.extend(["--json", json.to_str().unwrap()]);
+            if parallel {
+                a.push("--parallel");
+            }
+            let (ok, _, err) = client(&a);
+            assert!(ok, "{err}");
+            report(&json)
+        })
+        .collect()
+}
+
 #[test]
 fn generated_bodies_over_several_connections_in_turn_and_in_parallel() {
     let dir = scratch("generated");
     let s = server(&dir);
     let url = format!("https://{}/1000000", s.addr());
-    for parallel in [false, true] {
-        let json = dir.join(format!("client-{parallel}.json"));
-        let mut args = vec![
-            url.as_str(),
-            "-n",
-            "3",
-            "--connections",
-            "2",
-            "--json",
-            json.to_str().unwrap(),
-        ];
-        if parallel {
-            args.push("--parallel");
-        }
-        let (ok, _, err) = client(&args);
-        assert!(ok, "{err}");
-        let r = report(&json);
+    for r in in_turn_and_in_parallel(&dir, &[&url, "-n", "3", "--connections", "2"]) {
         assert_eq!(r["requests"], 6, "{r}");
         assert_eq!(r["failed_requests"], 0, "{r}");
         assert_eq!(r["bytes_received"], 6_000_000, "{r}");
@@ -125,23 +128,7 @@ fn posts_are_counted_by_the_server_and_checked_by_the_client() {
     let dir = scratch("posts");
     let s = server(&dir);
     let url = format!("https://{}/upload", s.addr());
-    for parallel in [false, true] {
-        let json = dir.join(format!("client-{parallel}.json"));
-        let mut args = vec![
-            url.as_str(),
-            "-n",
-            "3",
-            "--upload",
-            "3000001",
-            "--json",
-            json.to_str().unwrap(),
-        ];
-        if parallel {
-            args.push("--parallel");
-        }
-        let (ok, _, err) = client(&args);
-        assert!(ok, "{err}");
-        let r = report(&json);
+    for r in in_turn_and_in_parallel(&dir, &[&url, "-n", "3", "--upload", "3000001"]) {
         assert_eq!(r["requests"], 3, "{r}");
         assert_eq!(r["failed_requests"], 0, "{r}");
         assert_eq!(r["bytes_sent"], 9_000_003, "{r}");

@@ -241,6 +241,36 @@ impl Client {
         self
     }
 
+    /// A task for each of `requests` at once on `spawner`, the first `cancelled.1` cancelled as
+    /// `cancelled.0` says, the last one followed by `GET /late` when `late`; their answers
+    /// into `got`.
+    fn spawn_each(
+        spawner: &super::tasks::Spawner,
+        send: &h3::client::SendRequest<super::handles::Opener, Bytes>,
+        requests: Vec<(String, String)>,
+        got: &Rc<RefCell<Vec<Result<Got, String>>>>,
+        (cancelled, late, upload): (Option<(Cancel, usize)>, bool, u64),
+    ) {
+        let last = requests.len().saturating_sub(1);
+        for (i, (method, path)) in requests.into_iter().enumerate() {
+            let (send, got) = (send.clone(), Rc::clone(got));
+            let cancel = cancelled.and_then(|(how, n)| (i < n).then_some(how));
+            let late = (late && i == last).then(|| send.clone());
+            spawner.spawn(async move {
+                let r = request(send, method, path, cancel, upload)
+                    .await
+                    .map_err(|e| e.to_string());
+                got.borrow_mut().push(r);
+                if let Some(late) = late {
+                    let r = request(late, "GET".into(), "/late".into(), None, 0)
+                        .await
+                        .map_err(|e| e.to_string());
+                    got.borrow_mut().push(r);
+                }
+            });
+        }
+    }
+
     /// Sends `n` pattern bytes as the body of each `POST`.
     #[must_use]
     pub const fn posting(mut self, n: u64) -> Self {
@@ -313,28 +343,8 @@ impl Application for Client {
                             got.borrow_mut().push(r);
                         }
                     });
-                    drop(send);
-                    let _ = std::future::poll_fn(|cx| conn.poll_close(cx)).await;
-                    drop(keep);
-                    return;
-                }
-                let last = requests.len().saturating_sub(1);
-                for (i, (method, path)) in requests.into_iter().enumerate() {
-                    let (send, got) = (send.clone(), Rc::clone(&got));
-                    let cancel = cancelled.and_then(|(how, n)| (i < n).then_some(how));
-                    let late = (late && i == last).then(|| send.clone());
-                    spawner.spawn(async move {
-                        let r = request(send, method, path, cancel, upload)
-                            .await
-                            .map_err(|e| e.to_string());
-                        got.borrow_mut().push(r);
-                        if let Some(late) = late {
-                            let r = request(late, "GET".into(), "/late".into(), None, 0)
-                                .await
-                                .map_err(|e| e.to_string());
-                            got.borrow_mut().push(r);
-                        }
-                    });
+                } else {
+                    Self::spawn_each(&spawner, &send, requests, &got, (cancelled, late, upload));
                 }
                 drop(send);
                 let _ = std::future::poll_fn(|cx| conn.poll_close(cx)).await;

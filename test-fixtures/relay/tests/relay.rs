@@ -479,13 +479,11 @@ fn a_blackhole_swallows_both_ways_then_lets_through() {
     assert_eq!(stats.to_server.lost + stats.to_client.lost, 0);
 }
 
-/// Where the datagrams a plain UDP server receives come from, until `count` differ (or
-/// 2000 datagrams), through a relay rebinding as `rebind` says.
-fn sources_through_rebinding(rebind: Rebind, count: usize) -> (Vec<SocketAddr>, RelayStats) {
+/// A plain UDP server (reads time out after `wait`), a relay in front of it rebinding as
+/// `rebind` says, and a client socket.
+fn rebinding(rebind: Rebind, wait: Duration) -> (std::net::UdpSocket, Relay, std::net::UdpSocket) {
     let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    server
-        .set_read_timeout(Some(Duration::from_millis(10)))
-        .unwrap();
+    server.set_read_timeout(Some(wait)).unwrap();
     let relay = Relay::start(RelayConfig {
         rebind: Some(rebind),
         ..RelayConfig::symmetric(
@@ -497,6 +495,13 @@ fn sources_through_rebinding(rebind: Rebind, count: usize) -> (Vec<SocketAddr>, 
     })
     .unwrap();
     let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    (server, relay, client)
+}
+
+/// Where the datagrams a plain UDP server receives come from, until `count` differ (or
+/// 2000 datagrams), through a relay rebinding as `rebind` says.
+fn sources_through_rebinding(rebind: Rebind, count: usize) -> (Vec<SocketAddr>, RelayStats) {
+    let (server, relay, client) = rebinding(rebind, Duration::from_millis(10));
     let mut sources: Vec<SocketAddr> = Vec::new();
     let mut buf = [0u8; 64];
     for seq in 0..2000u16 {
@@ -548,21 +553,7 @@ fn address_rebinding_gives_the_client_new_addresses() {
 /// The source of each of `datagrams`, sent one at a time through a relay rebinding as
 /// `rebind` says, as a plain UDP server saw it.
 fn source_of_each(rebind: Rebind, datagrams: &[Vec<u8>]) -> (Vec<SocketAddr>, RelayStats) {
-    let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    server
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let relay = Relay::start(RelayConfig {
-        rebind: Some(rebind),
-        ..RelayConfig::symmetric(
-            "127.0.0.1:0".parse().unwrap(),
-            server.local_addr().unwrap(),
-            Impairment::default(),
-            1,
-        )
-    })
-    .unwrap();
-    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (server, relay, client) = rebinding(rebind, Duration::from_secs(10));
     let mut buf = [0u8; 64];
     let sources = datagrams
         .iter()
