@@ -7,7 +7,7 @@
 //! to, and anything kept per request would grow with every round.
 //!
 //! `cargo run --release -p benches --bin steady -- [--rounds 10] [--connections 100]
-//! [--per-connection 1000] [--no-build]`
+//! [--per-connection 1000] [--parallel] [--no-build]`
 //!
 //! Prints a markdown table (the `steady` figure). Linux only (it reads `/proc`); loopback
 //! only. Exits non-zero when a request fails.
@@ -58,6 +58,11 @@ mod linux {
         /// Requests each connection makes, one after another.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
         per_connection: u64,
+        /// Each connection's requests all at once instead (`neqo-client --parallel`): with
+        /// `--rounds 1 --connections 1 --per-connection 100000`, the server's CPU per request
+        /// with nothing else but requests in it.
+        #[arg(long)]
+        parallel: bool,
         /// Use the binaries in target/release as they are.
         #[arg(long)]
         no_build: bool,
@@ -90,6 +95,7 @@ mod linux {
                 .args(["--concurrency", &args.connections.to_string()])
                 .args(["-n", &args.per_connection.to_string(), "--json"])
                 .arg(&json)
+                .args(args.parallel.then_some("--parallel"))
                 .arg(&url),
             ROUND_LIMIT,
         )?;

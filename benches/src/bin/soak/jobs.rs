@@ -602,7 +602,7 @@ impl Job {
                     Expect::Reset if stderr.contains("reset") => {
                         Verdict::Explained("the server reset the refused path".into())
                     }
-                    _ if self.kind == Kind::Impaired
+                    _ if matches!(self.kind, Kind::Impaired | Kind::H3Impaired)
                         && requests == 0
                         && rebinds.is_some_and(|n| n > 0)
                         && report.as_ref().is_some_and(handshake_outlived_first_rebind) =>
