@@ -520,9 +520,11 @@ fn unsafe_key_files_are_refused_at_start() {
     for p in [&good, &readable, &link] {
         let _ = std::fs::remove_file(p);
     }
-    std::fs::write(&good, [1u8; 32]).unwrap();
+    // 32 distinct bytes: a secret of one repeated byte is refused for its contents.
+    let secret: Vec<u8> = (0..32u8).collect();
+    std::fs::write(&good, &secret).unwrap();
     std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::fs::write(&readable, [1u8; 32]).unwrap();
+    std::fs::write(&readable, &secret).unwrap();
     std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
     std::os::unix::fs::symlink(&good, &link).unwrap();
     for (path, why) in [

@@ -65,8 +65,10 @@ pub struct ServerArgs {
     /// A file with the secret (32 to 4096 bytes) the stateless-reset and Retry-token keys are
     /// derived from, created with 32 random bytes if missing: a restarted server (or another
     /// one serving the address) with the same file has the same keys. On Unix it must be a
-    /// regular file, not a symbolic link, owned by this user and with mode 0600 or stricter
-    /// (whoever reads it can forge the server's resets and Retry tokens); others are refused.
+    /// regular file with one link, not a symbolic link, owned by this user, with mode 0600 or
+    /// stricter, in a directory only this user (or root) can write (whoever reads or
+    /// replaces it can forge the server's resets and Retry tokens); its contents must look
+    /// random (not one repeated byte, nor too few distinct values). Others are refused.
     #[arg(long)]
     pub key_file: Option<PathBuf>,
     /// The most received data all connections together may make the server hold (K/M/G; at

@@ -98,9 +98,12 @@ impl ServerKeys {
     ///
     /// Whoever knows the secret can forge the server's stateless resets, Retry tokens and
     /// connection IDs, so on Unix the file must be a regular file (not a symbolic link, a
-    /// FIFO or a device) owned by this user, with no permission bits for group or others.
-    /// Those checks are made on the opened file, so the path cannot be swapped between
-    /// check and read.
+    /// FIFO or a device) owned by this user, with no permission bits for group or others and
+    /// one link (no other name to reach it by). Those checks are made on the opened file, so
+    /// the path cannot be swapped between check and read. Its directory (checked by path,
+    /// before a missing file is created in it) must belong to this user or root and be
+    /// writable by neither group nor others, who could otherwise put a file of their own in
+    /// its place. Everywhere, the secret must look random: [`check_random`].
     ///
     /// # Errors
     /// A file that cannot be read or created, fails one of those checks, or holds fewer than
@@ -109,7 +112,12 @@ impl ServerKeys {
     pub fn load_or_create(path: &Path) -> anyhow::Result<Self> {
         let secret = match read_checked(path)? {
             Some(secret) => secret,
-            None => create(path)?,
+            None => {
+                // Refused before the file is made, with the message an existing file gets.
+                #[cfg(unix)]
+                check_dir(path)?;
+                create(path)?
+            }
         };
         Ok(Self::from_secret(&secret))
     }
@@ -144,7 +152,10 @@ fn read_checked(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
         .metadata()
         .map_err(|e| anyhow!("--key-file {shown}: cannot read its metadata: {e}"))?;
     #[cfg(unix)]
-    check_unix(path, &meta)?;
+    {
+        check_unix(path, &file, &meta)?;
+        check_dir(path)?;
+    }
     // One more byte than allowed tells a file that is too long from one that fits.
     let mut secret = Vec::with_capacity(MAX_SECRET + 1);
     file.take(MAX_SECRET as u64 + 1)
@@ -162,12 +173,74 @@ fn read_checked(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
              needed"
         );
     }
+    check_random(path, &secret)?;
     Ok(Some(secret))
 }
 
-/// Refuses what is not a regular file of this user's that only this user can read or change.
+/// What a message about a secret that is not random tells to do.
+const MAKE_RANDOM: &str =
+    "write random bytes to it (head -c 32 /dev/urandom) or remove it to have one made";
+
+/// The fewest distinct byte values a secret of `len` bytes must hold: 8 at [`MIN_SECRET`]
+/// bytes, one more for each doubling of the length (15 at [`MAX_SECRET`]).
+///
+/// A secret of random bytes is never refused. `n` uniform random bytes take fewer than `k`
+/// distinct values only if all of them fall in one of the C(256, k - 1) sets of `k - 1`
+/// values, so the chance is at most C(256, k - 1) * ((k - 1) / 256)^n. At n = 32, k = 8 that
+/// is C(256, 7) * (7/256)^32 = 1.3e-37 (< 2^-122; exactly 2^-122.7): the odds of guessing a
+/// 122-bit key at the first try. That is the worst case over every allowed length: the bound
+/// falls as the secret grows (about 2^-164 at 40 bytes, 2^-284 at 63), far more than the one
+/// more value needed at each doubling raises it (about 2^-271 at 64 bytes, 2^-565 at 128,
+/// 2^-1140 at 256, 2^-17098 at 4096). [`create`] draws again in that case anyway.
+///
+/// Why no more: a secret written as text uses fewer values than random bytes, and text in
+/// 16 or more symbols is a good secret when long enough. Hex (16) passes at every length:
+/// fewer than 8 of the 16 digits in 32 characters has chance 3.6e-8, fewer than 9 in 64
+/// 7e-16; base64 (64) fails with chance 1e-22 at 32 characters. Decimal digits (10 values)
+/// are refused now and then at 32 characters (chance 1.3e-3) and always from 256. What is
+/// refused is a secret nobody drew at random: one byte repeated (zeros, `aaaa`, zeros written
+/// as text), a word or a short pattern repeated.
+fn min_distinct(len: usize) -> usize {
+    let doublings = (len / MIN_SECRET).max(1).ilog2();
+    8 + doublings as usize
+}
+
+/// How many distinct byte values `bytes` holds.
+fn distinct_values(bytes: &[u8]) -> usize {
+    let mut seen = [false; 256];
+    for &b in bytes {
+        seen[usize::from(b)] = true;
+    }
+    seen.iter().filter(|&&s| s).count()
+}
+
+/// Refuses a secret of too few distinct byte values to have been drawn at random (a mistake:
+/// a file of zeros, a repeated character, a word): [`min_distinct`].
+fn check_random(path: &Path, secret: &[u8]) -> anyhow::Result<()> {
+    let shown = path.display();
+    let len = secret.len();
+    let distinct = distinct_values(secret);
+    if distinct == 1 {
+        bail!(
+            "--key-file {shown}: all {len} bytes are 0x{:02x}, not a random secret; \
+             {MAKE_RANDOM}",
+            secret[0]
+        );
+    }
+    let needed = min_distinct(len);
+    if distinct < needed {
+        bail!(
+            "--key-file {shown}: only {distinct} distinct byte values in {len} bytes, too few \
+             for a random secret (at least {needed} needed); {MAKE_RANDOM}"
+        );
+    }
+    Ok(())
+}
+
+/// Refuses what is not a regular file of this user's, with one link, that only this user can
+/// read or change; `meta` is `file`'s, opened at `path`.
 #[cfg(unix)]
-fn check_unix(path: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
+fn check_unix(path: &Path, file: &std::fs::File, meta: &std::fs::Metadata) -> anyhow::Result<()> {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 
     let shown = path.display();
@@ -194,6 +267,99 @@ fn check_unix(path: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
         };
         bail!("--key-file {shown}: mode {mode:04o} {lets}; chmod 600");
     }
+    // Another name is another way to the secret: in a directory others can read, or left
+    // behind when this one is replaced or removed. Two names for a moment are a [`create`]
+    // linking its temporary file into place.
+    let links = meta.nlink();
+    if links > 1 && !(links == 2 && being_created(path, file, meta)) {
+        bail!(
+            "--key-file {shown}: has {links} hard links; give a file with one link: copy it, \
+             don't link it"
+        );
+    }
+    Ok(())
+}
+
+/// The directory of `path` (`.` for a bare file name).
+#[cfg(unix)]
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// The start of the names of [`create`]'s temporary files for a key file named `name`.
+fn temporary_prefix(name: &std::ffi::OsStr) -> std::ffi::OsString {
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(name);
+    prefix.push(".tmp-");
+    prefix
+}
+
+/// Whether the one other link to `file` (opened at `path`, with metadata `meta`) is the
+/// temporary file of a [`create`] in the same directory, about to be removed, or was and is
+/// gone now. (A creator that died between the link and the removal leaves the temporary
+/// file: it is accepted too, being in the key file's own directory; it may be removed.)
+#[cfg(unix)]
+fn being_created(path: &Path, file: &std::fs::File, meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _};
+
+    let Some(name) = path.file_name() else {
+        return false;
+    };
+    let prefix = temporary_prefix(name);
+    // Compared by lstat, not by the directory entry's inode number, which overlay file
+    // systems do not always make the file's.
+    let temporary = std::fs::read_dir(parent_dir(path))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.file_name().as_bytes().starts_with(prefix.as_bytes()))
+        .any(|entry| {
+            std::fs::symlink_metadata(entry.path())
+                .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+        });
+    // Not found: removed after the file's metadata was read (an entry removed during the
+    // listing may be missed), so the file has one link now, unless another is left.
+    temporary || file.metadata().is_ok_and(|m| m.nlink() == 1)
+}
+
+/// Refuses a key file whose directory is writable by group or others (with the sticky bit
+/// too: a key file must not be where other users can write), or belongs to a user other than
+/// this one or root: they could put a file of theirs, with a secret they know, in its place.
+/// A directory that cannot be read is left to the open or the create to report.
+#[cfg(unix)]
+fn check_dir(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+
+    let shown = path.display();
+    let dir = parent_dir(path);
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return Ok(());
+    };
+    let dir = dir.display();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && meta.uid() != 0 {
+        bail!(
+            "--key-file {shown}: its directory {dir} is owned by uid {}, who can replace the \
+             file; move the key file to a directory of this user's (uid {me}) or root's",
+            meta.uid()
+        );
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        let who = if mode & 0o002 != 0 {
+            "all users"
+        } else {
+            "its group"
+        };
+        bail!(
+            "--key-file {shown}: its directory {dir} has mode {mode:04o}: {who} can write in \
+             it; chmod go-w {dir}, or move the key file to a directory only you can write"
+        );
+    }
     Ok(())
 }
 
@@ -208,12 +374,18 @@ fn create(path: &Path) -> anyhow::Result<Vec<u8>> {
         bail!("--key-file {shown}: not a file name; give the path of a file");
     };
     let mut secret = vec![0u8; MIN_SECRET];
-    rand::rng().fill_bytes(&mut secret);
+    // So that the file passes the check it gets when read (see min_distinct: a draw is
+    // refused with a chance below 2^-122).
+    loop {
+        rand::rng().fill_bytes(&mut secret);
+        if distinct_values(&secret) >= min_distinct(MIN_SECRET) {
+            break;
+        }
+    }
     // Unique per process and per call, so racing starters never share a temporary file.
-    let mut temporary_name = std::ffi::OsString::from(".");
-    temporary_name.push(name);
+    let mut temporary_name = temporary_prefix(name);
     temporary_name.push(format!(
-        ".tmp-{}-{:016x}",
+        "{}-{:016x}",
         std::process::id(),
         rand::rng().next_u64()
     ));
@@ -301,25 +473,44 @@ mod tests {
         );
     }
 
-    /// A new, empty directory for one test.
+    /// A new, empty directory for one test, that only its owner can write in (a key file's
+    /// directory must be), whatever the umask.
     fn test_dir(test: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("neqo-keys-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        #[cfg(unix)]
+        set_mode(&dir, 0o700);
         dir
     }
 
-    /// A file at `path` holding `len` bytes, readable by its owner only.
-    fn write_key(path: &Path, len: usize) {
+    #[cfg(unix)]
+    fn set_mode(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// A file at `path` holding `secret`, readable by its owner only.
+    fn write_secret(path: &Path, secret: &[u8]) {
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        options
-            .open(path)
-            .unwrap()
-            .write_all(&vec![7; len])
-            .unwrap();
+        options.open(path).unwrap().write_all(secret).unwrap();
+    }
+
+    /// `len` random bytes.
+    fn random_secret(len: usize) -> Vec<u8> {
+        let mut secret = vec![0; len];
+        rand::rng().fill_bytes(&mut secret);
+        secret
+    }
+
+    /// A file at `path` holding `len` random bytes, readable by its owner only; returns them.
+    fn write_key(path: &Path, len: usize) -> Vec<u8> {
+        let secret = random_secret(len);
+        write_secret(path, &secret);
+        secret
     }
 
     fn refusal(path: &Path) -> String {
@@ -357,10 +548,10 @@ mod tests {
         let dir = test_dir("sizes");
         for len in [MIN_SECRET, MAX_SECRET] {
             let p = dir.join(format!("ok-{len}"));
-            write_key(&p, len);
+            let secret = write_key(&p, len);
             assert_eq!(
                 reset_token(&ServerKeys::load_or_create(&p).unwrap()),
-                reset_token(&ServerKeys::from_secret(&vec![7; len]))
+                reset_token(&ServerKeys::from_secret(&secret))
             );
         }
         // The whole size is told, not where the bounded read stopped.
@@ -532,6 +723,213 @@ mod tests {
         let zero = Path::new("/dev/zero");
         assert_eq!(refusal_in_time(zero), expected(zero));
         assert_eq!(refusal_in_time(&dir), expected(&dir));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Random secrets are never refused as not random: many of each allowed length, most of
+    /// them at the lengths where the bound of `min_distinct` is highest (the shortest of each
+    /// threshold), and the files `load_or_create` makes.
+    #[test]
+    fn random_secrets_of_every_allowed_size_pass() {
+        let lengths = (MIN_SECRET..=MAX_SECRET)
+            .flat_map(|len| std::iter::repeat_n(len, 2))
+            .chain(std::iter::repeat_n(MIN_SECRET, 100_000))
+            .chain((0..8).flat_map(|d| std::iter::repeat_n(MIN_SECRET << d, 1_000)));
+        for len in lengths {
+            let secret = random_secret(len);
+            check_random(Path::new("key"), &secret)
+                .unwrap_or_else(|e| panic!("{e}: {secret:02x?}"));
+        }
+        let dir = test_dir("random");
+        for i in 0..50 {
+            let path = dir.join(format!("created-{i}"));
+            let made = ServerKeys::load_or_create(&path).unwrap();
+            let read = ServerKeys::load_or_create(&path).unwrap();
+            assert_eq!(reset_token(&made), reset_token(&read));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_repeated_byte_is_refused() {
+        let dir = test_dir("repeated");
+        for (name, secret) in [
+            ("a", vec![b'a'; MIN_SECRET]),
+            ("zeros", vec![0; MIN_SECRET]),
+            ("long-ff", vec![0xff; MAX_SECRET]),
+        ] {
+            let p = dir.join(name);
+            write_secret(&p, &secret);
+            assert_eq!(
+                refusal(&p),
+                format!(
+                    "--key-file {}: all {} bytes are 0x{:02x}, not a random secret; write random \
+                     bytes to it (head -c 32 /dev/urandom) or remove it to have one made",
+                    p.display(),
+                    secret.len(),
+                    secret[0]
+                )
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn too_few_distinct_values_are_refused() {
+        let dir = test_dir("distinct");
+        // `values` byte values, repeated to `len` bytes.
+        let cycling = |values: u8, len: usize| -> Vec<u8> {
+            (0..len)
+                .map(|i| b'A' + u8::try_from(i % usize::from(values)).unwrap())
+                .collect()
+        };
+        for (values, len, needed) in [
+            (2, MIN_SECRET, 8),
+            (7, MIN_SECRET, 8),
+            (7, 2 * MIN_SECRET - 1, 8),
+            (8, 2 * MIN_SECRET, 9),
+            (14, MAX_SECRET, 15),
+        ] {
+            let p = dir.join(format!("bad-{values}-{len}"));
+            write_secret(&p, &cycling(values, len));
+            assert_eq!(
+                refusal(&p),
+                format!(
+                    "--key-file {}: only {values} distinct byte values in {len} bytes, too few \
+                     for a random secret (at least {needed} needed); write random bytes to it \
+                     (head -c 32 /dev/urandom) or remove it to have one made",
+                    p.display()
+                )
+            );
+        }
+        // "password" (7 letters) repeated: no secret.
+        let p = dir.join("password");
+        write_secret(&p, &b"password".repeat(4));
+        assert!(refusal(&p).contains(": only 7 distinct byte values in 32 bytes"));
+        // Just enough values, and hex text, pass.
+        for (values, len) in [(8, MIN_SECRET), (9, 2 * MIN_SECRET), (15, MAX_SECRET)] {
+            let p = dir.join(format!("ok-{values}-{len}"));
+            write_secret(&p, &cycling(values, len));
+            ServerKeys::load_or_create(&p).unwrap();
+        }
+        let p = dir.join("hex");
+        write_secret(&p, &b"0123456789abcdef".repeat(MAX_SECRET / 16));
+        ServerKeys::load_or_create(&p).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A key file (existing or to be made) in a directory that others can write in is refused,
+    /// sticky bit or not; a missing one is not created there.
+    #[cfg(unix)]
+    #[test]
+    fn a_parent_directory_others_can_write_is_refused() {
+        let dir = test_dir("parent-mode");
+        for (mode, who) in [
+            (0o777, "all users"),
+            (0o1777, "all users"),
+            (0o703, "all users"),
+            (0o770, "its group"),
+            (0o1770, "its group"),
+            (0o720, "its group"),
+        ] {
+            let sub = dir.join(format!("dir-{mode:o}"));
+            std::fs::create_dir(&sub).unwrap();
+            let existing = sub.join("existing");
+            write_key(&existing, MIN_SECRET);
+            set_mode(&sub, mode);
+            let missing = sub.join("missing");
+            for p in [&existing, &missing] {
+                assert_eq!(
+                    refusal(p),
+                    format!(
+                        "--key-file {path}: its directory {sub} has mode {mode:04o}: {who} can \
+                         write in it; chmod go-w {sub}, or move the key file to a directory \
+                         only you can write",
+                        path = p.display(),
+                        sub = sub.display()
+                    )
+                );
+            }
+            assert!(!missing.exists(), "not created");
+            assert_eq!(
+                std::fs::read_dir(&sub).unwrap().count(),
+                1,
+                "nothing created"
+            );
+        }
+        for mode in [0o700, 0o755, 0o711, 0o1755] {
+            let sub = dir.join(format!("dir-{mode:o}"));
+            std::fs::create_dir(&sub).unwrap();
+            set_mode(&sub, mode);
+            ServerKeys::load_or_create(&sub.join("key")).unwrap();
+            ServerKeys::load_or_create(&sub.join("key")).unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_parent_directory_of_another_user_is_refused() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if me != 0 {
+            println!("skipped: only root can give a directory to another user");
+            return;
+        }
+        let dir = test_dir("parent-owner");
+        let sub = dir.join("theirs");
+        std::fs::create_dir(&sub).unwrap();
+        let existing = sub.join("existing");
+        write_key(&existing, MIN_SECRET);
+        std::os::unix::fs::chown(&sub, Some(65534), None).unwrap();
+        let missing = sub.join("missing");
+        for p in [&existing, &missing] {
+            assert_eq!(
+                refusal(p),
+                format!(
+                    "--key-file {}: its directory {} is owned by uid 65534, who can replace the \
+                     file; move the key file to a directory of this user's (uid 0) or root's",
+                    p.display(),
+                    sub.display()
+                )
+            );
+        }
+        assert!(!missing.exists(), "not created");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_with_two_links_is_refused() {
+        let dir = test_dir("links");
+        let key = dir.join("key");
+        write_key(&key, MIN_SECRET);
+        let other = dir.join("other-name");
+        std::fs::hard_link(&key, &other).unwrap();
+        for p in [&key, &other] {
+            assert_eq!(
+                refusal(p),
+                format!(
+                    "--key-file {}: has 2 hard links; give a file with one link: copy it, don't \
+                     link it",
+                    p.display()
+                )
+            );
+        }
+        std::fs::hard_link(&key, dir.join("third-name")).unwrap();
+        assert!(refusal(&key).contains(": has 3 hard links;"));
+        std::fs::remove_file(dir.join("third-name")).unwrap();
+        std::fs::remove_file(&other).unwrap();
+        ServerKeys::load_or_create(&key).unwrap();
+        // The temporary file of a `create` that linked it into place is not another name
+        // (one left by a creator that died before removing it neither), but only that one.
+        let temporary = dir.join(".key.tmp-1-0123456789abcdef");
+        std::fs::hard_link(&key, &temporary).unwrap();
+        ServerKeys::load_or_create(&key).unwrap();
+        std::fs::hard_link(&key, &other).unwrap();
+        assert!(refusal(&key).contains(": has 3 hard links;"));
+        std::fs::remove_file(&temporary).unwrap();
+        assert!(refusal(&key).contains(": has 2 hard links;"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
