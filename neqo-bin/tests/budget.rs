@@ -33,8 +33,8 @@ const STREAMS: usize = 8;
 struct GapClient(RawClient);
 
 impl GapClient {
-    /// Connects to `server` from loopback address `127.0.0.host`, each its own source to the
-    /// server's fair shares.
+    /// Connects to `server` from loopback address `127.0.host.1`, each its own source, in a
+    /// /24 of its own, to the server's fair shares.
     ///
     /// # Errors
     /// The connection's end, if the server refuses it.
@@ -50,7 +50,7 @@ impl GapClient {
         transport.send_window(1 << 40);
         let mut config = ClientConfig::new(crypto);
         config.transport_config(Arc::new(transport));
-        let local = IpAddr::V4(Ipv4Addr::new(127, 0, 0, host));
+        let local = IpAddr::V4(Ipv4Addr::new(127, 0, host, 1));
         RawClient::connect(server.addr(), local, config).map(Self)
     }
 

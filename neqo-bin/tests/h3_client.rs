@@ -4,6 +4,8 @@
 //! status; POSTs counted by the server and the count checked by the client. Real processes
 //! over loopback.
 
+mod common;
+
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -201,16 +203,10 @@ fn responses_past_cancel_after_are_given_up_and_the_connection_goes_on() {
 /// The HTTP/3 responses a server's metrics endpoint at `addr` counts (0 until its workers
 /// have published).
 fn h3_responses(addr: std::net::SocketAddr) -> u64 {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(LIMIT)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.lines()
-        .filter(|l| l.starts_with("neqo_server_http3_responses_total"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+    common::scrape(addr)
+        .iter()
+        .filter(|(k, _)| k.starts_with("neqo_server_http3_responses_total"))
+        .map(|(_, v)| v)
         .sum::<f64>() as u64
 }
 

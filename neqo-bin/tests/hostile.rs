@@ -16,6 +16,8 @@
 // elsewhere they are built and unused.
 #![cfg_attr(not(target_os = "linux"), allow(dead_code, unused_imports))]
 
+#[path = "support/initials.rs"]
+mod initials;
 #[path = "support/raw_client.rs"]
 mod raw_client;
 
@@ -29,6 +31,7 @@ use std::{
 
 use bytes::Bytes;
 use common::{url, with_deadline};
+use initials::{Replayed, retry_token};
 use neqo_bin::{
     client::{self, ClientConfig},
     server::{Limits, RetryPolicy, ServerConfig, ServerHandle},
@@ -629,18 +632,6 @@ fn one_address_replaying_a_retry_token_keeps_nobody_else_out() {
     );
 }
 
-/// Gives one token to every connection that asks.
-#[derive(Debug)]
-struct Replayed(Bytes);
-
-impl quinn_proto::TokenStore for Replayed {
-    fn insert(&self, _: &str, _: Bytes) {}
-
-    fn take(&self, _: &str) -> Option<Bytes> {
-        Some(self.0.clone())
-    }
-}
-
 /// From one address and port (127.0.0.2): an Initial to get a Retry, then `rate` Initials a
 /// second for `seconds`, each of a new connection carrying that Retry's token; nothing
 /// answered. Returns how many were sent.
@@ -685,16 +676,4 @@ fn replay_retry_token(server: SocketAddr, rate: u32, seconds: u32) -> u32 {
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
     }
     sent
-}
-
-/// The token of a QUIC version 1 Retry packet: after its connection IDs, before the 16-byte
-/// integrity tag.
-fn retry_token(d: &[u8]) -> Option<&[u8]> {
-    if d.first()? & 0xf0 != 0xf0 {
-        return None;
-    }
-    let dcid_len = usize::from(*d.get(5)?);
-    let scid_at = 6 + dcid_len;
-    let token_at = scid_at + 1 + usize::from(*d.get(scid_at)?);
-    d.get(token_at..d.len().checked_sub(16)?)
 }

@@ -6,12 +6,10 @@ mod common;
 
 use std::{
     collections::HashMap,
-    io::{Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
     time::{Duration, Instant},
 };
 
-use common::url;
+use common::{http, scrape, url};
 use neqo_bin::{
     client::{self, ClientConfig},
     server::{ServerConfig, ServerHandle},
@@ -20,32 +18,6 @@ use neqo_bin::{
 
 /// A hang guard, not a speed bound.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// The raw answer to `request`.
-fn http(addr: SocketAddr, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(DEADLINE)).unwrap();
-    s.write_all(request).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// The samples of a scrape: `name{labels}` to value.
-fn scrape(addr: SocketAddr) -> HashMap<String, f64> {
-    let answer = http(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    assert!(head.contains("application/openmetrics-text"), "{head}");
-    assert!(body.ends_with("# EOF\n"), "OpenMetrics ends so");
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_owned(), v.parse().ok()?))
-        })
-        .collect()
-}
 
 /// The sum over workers of `name`'s samples whose labels contain `with`.
 fn sum(m: &HashMap<String, f64>, name: &str, with: &str) -> f64 {

@@ -420,15 +420,20 @@ async fn request(
     let _in_flight = InFlight::new(state);
     // A POST's body: the pattern, a chunk at a time.
     let mut sent = 0;
-    while sent < upload {
+    let mut wanted = true;
+    while wanted && sent < upload {
         let chunk = pattern::chunk(sent, upload - sent);
         let n = chunk.len() as u64;
-        stream.send_data(chunk).await?;
-        sent += n;
-        state.borrow_mut().bytes += n;
-        ctx.results.borrow_mut().sent += n;
+        wanted = crate::h3::request_write(stream.send_data(chunk).await)?;
+        if wanted {
+            sent += n;
+            state.borrow_mut().bytes += n;
+            ctx.results.borrow_mut().sent += n;
+        }
     }
-    stream.finish().await?;
+    if wanted {
+        crate::h3::request_write(stream.finish().await)?;
+    }
     let response = stream.recv_response().await?;
     if response.status() != http::StatusCode::OK {
         return Err(format!("status {}", response.status()).into());

@@ -224,8 +224,9 @@ impl Mailbox {
 
     /// Caps [`Mailbox::held`]: at `bytes`, no stream is read until `h3` takes some. A peer
     /// that leaves more unfinished frames than this on its streams stalls its own connection.
-    pub const fn limit_held(&mut self, bytes: usize) {
-        self.holding.limit = Some(bytes);
+    /// A cap raised leaves room: the streams left unread are read again.
+    pub fn limit_held(&mut self, bytes: usize) {
+        self.holding.set_limit(bytes, &mut self.dirty);
     }
 
     /// Whether the connection has ended.

@@ -25,3 +25,24 @@ pub use conn::Engine;
 /// stream and QPACK's two (RFC 9114 section 6.2, RFC 9204 section 4.2), and room for the
 /// reserved types peers send to exercise the rule that unknown ones are ignored.
 pub const UNI_STREAMS: u32 = 8;
+
+/// What a client makes of a failed write or `finish` on a request stream: the server asking
+/// it to stop sending with `H3_NO_ERROR` needs no more of the request, and its response still
+/// comes whole (RFC 9114 section 4.1: clients must not discard complete responses for it), so
+/// that is `Ok(false)`: send no more, read the response. `Ok(true)`: the write went.
+///
+/// # Errors
+/// Any other stream error, as it was.
+pub fn request_write(
+    r: Result<(), h3::error::StreamError>,
+) -> Result<bool, h3::error::StreamError> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(h3::error::StreamError::RemoteTerminate { code, .. })
+            if code == h3::error::Code::H3_NO_ERROR =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}

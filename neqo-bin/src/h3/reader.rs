@@ -241,6 +241,14 @@ impl Holding {
         self.peak_starved = self.peak_starved.max(self.starved.len());
     }
 
+    /// Caps `bytes` at `limit`; with room left, streams left unread are read again.
+    pub(super) fn set_limit(&mut self, limit: usize, dirty: &mut IdSet<StreamId>) {
+        self.limit = Some(limit);
+        if self.room() > 0 {
+            dirty.extend(self.starved.drain());
+        }
+    }
+
     pub(super) fn room(&self) -> usize {
         self.limit
             .map_or(usize::MAX, |l| l.saturating_sub(self.bytes))

@@ -105,16 +105,17 @@ async fn request(
         .body(())
         .unwrap();
     let mut s = send.send_request(req).await?;
+    let mut wanted = true;
     if method == "POST" {
         let mut at = 0;
-        while at < upload {
+        while wanted && at < upload {
             let chunk = crate::pattern::chunk(at, upload - at);
             at += chunk.len() as u64;
-            s.send_data(chunk).await?;
+            wanted = super::request_write(s.send_data(chunk).await)?;
         }
     }
-    if !matches!(cancel, Some(Cancel::Reset | Cancel::Both)) {
-        s.finish().await?;
+    if wanted && !matches!(cancel, Some(Cancel::Reset | Cancel::Both)) {
+        super::request_write(s.finish().await)?;
     }
     let resp = s.recv_response().await?;
     let header = |name| {

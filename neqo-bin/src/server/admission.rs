@@ -9,9 +9,12 @@
 //!    [`SOURCE_RETRY_HALF_OPEN`] handshakes already. A Retry costs the server no state, so a
 //!    flood from spoofed addresses creates none.
 //! 2. Once [`Limits::max_half_open`] handshakes are in progress: make room by evicting the
-//!    oldest handshake of the source that holds the most, if it holds at least two more than
-//!    the newcomer's source (`ledger`); refuse otherwise. One host may fill the table while
-//!    nobody else wants it, but never keeps anyone else out.
+//!    oldest handshake of the heaviest group, if it holds at least two more than the
+//!    newcomer's, comparing level by level down the address prefixes (IPv6 /48, /56, /64;
+//!    IPv4 /24, /32: `prefixes`); failing that, the oldest handshake of all if it is older
+//!    than half the handshake timeout; refuse otherwise (`Ledger::evict_for`). One host
+//!    or prefix may fill the table while nobody else wants it, but never keeps anyone else
+//!    out, and neither do many sources holding one stale handshake each.
 //! 3. Refuse once [`Limits::max_connections`] connections are open, half-open ones included.
 //! 4. Accept.
 //!
@@ -237,7 +240,10 @@ impl Gate {
             self.counters.retries += 1;
             Decision::Retry
         } else if a.half_open >= self.limits.max_half_open
-            && self.ledger.evict_for(source).is_none()
+            && self
+                .ledger
+                .evict_for(source, self.stale_before(now))
+                .is_none()
         {
             self.counters.refused_half_open += 1;
             Decision::RefuseHalfOpen
@@ -261,6 +267,12 @@ impl Gate {
         decision
     }
 
+    /// A handshake accepted at this time or earlier may be evicted for any newcomer when
+    /// no group holds more than the newcomer's (`Ledger::evict_for`): half its timeout ago.
+    fn stale_before(&self, now: Instant) -> Option<Instant> {
+        now.checked_sub(self.limits.handshake_timeout / 2)
+    }
+
     /// A connection from `source` was accepted: open until [`drained`](Self::drained),
     /// half-open until [`connected`](Self::connected).
     pub(super) fn accepted(&mut self, ch: ConnectionHandle, source: ClientSource, now: Instant) {
@@ -268,7 +280,7 @@ impl Gate {
             .insert(ch, now + self.limits.handshake_timeout);
         self.sources.insert(ch, source);
         self.counters.peak_half_open = self.counters.peak_half_open.max(self.half_open.len());
-        self.ledger.accepted(self.worker, ch, source);
+        self.ledger.accepted(self.worker, ch, source, now);
     }
 
     /// Its handshake completed at `now`.
@@ -297,9 +309,7 @@ impl Gate {
     /// Takes `ch` out of the half-open ones; its handshake deadline if it was one.
     fn no_longer_half_open(&mut self, ch: ConnectionHandle) -> Option<Instant> {
         let deadline = self.half_open.remove(&ch)?;
-        if let Some(&source) = self.sources.get(&ch) {
-            self.ledger.handshake_done(self.worker, ch, source);
-        }
+        self.ledger.handshake_done(self.worker, ch);
         Some(deadline)
     }
 

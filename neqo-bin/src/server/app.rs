@@ -70,6 +70,22 @@ impl ServerApp {
     }
 }
 
+impl ServerApp {
+    /// `ch`'s handshake completed: it proved its address, and gets its window from the
+    /// budget.
+    fn confirmed(&mut self, ch: ConnectionHandle, conn: &mut Connection, now: Instant) {
+        self.gate.connected(ch, now);
+        let Some(window) = self.windows.confirmed(ch) else {
+            return;
+        };
+        if self.http3.serves(ch) {
+            self.http3.widen(ch, conn, window);
+        } else {
+            conn.set_receive_window(VarInt::from_u64(window).unwrap_or(VarInt::MAX));
+        }
+    }
+}
+
 #[cfg(test)]
 impl ServerApp {
     /// The most bytes one HTTP/3 connection held for `h3` at once.
@@ -119,20 +135,16 @@ impl Application for ServerApp {
     fn accepted(&mut self, ch: ConnectionHandle, conn: &mut Connection, now: Instant) {
         self.gate
             .accepted(ch, ClientSource::of(conn.remote_address()), now);
-        if let Some(window) = self.windows.accepted(ch) {
-            // Every connection is told the same small window (0-RTT requires that the next
-            // connection is told no less), then gets its own from the budget at once.
-            conn.set_receive_window(
-                quinn_proto::VarInt::from_u64(window).unwrap_or(quinn_proto::VarInt::MAX),
-            );
-        }
+        // Its window is the small one every connection is told (0-RTT requires that the
+        // next connection is told no less) until its handshake completes: `confirmed`.
+        self.windows.accepted(ch);
         self.requests.accepted(ch);
     }
 
     fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {
         if self.http3.serves(ch) {
             match &event {
-                Event::Connected => self.gate.connected(ch, now),
+                Event::Connected => self.confirmed(ch, conn, now),
                 Event::ConnectionLost { reason } => {
                     tracing::debug!("connection {ch:?} lost: {reason}");
                     self.gate.gone(ch);
@@ -156,7 +168,7 @@ impl Application for ServerApp {
         }
         let report = &mut self.report;
         match event {
-            Event::Connected => self.gate.connected(ch, now),
+            Event::Connected => self.confirmed(ch, conn, now),
             Event::ConnectionLost { reason } => {
                 tracing::debug!("connection {ch:?} lost: {reason}");
                 self.gate.gone(ch);

@@ -17,7 +17,7 @@
 //! the choice of whom to evict must not depend on which.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap},
     net::{IpAddr, SocketAddr},
     sync::{
         Mutex, MutexGuard, PoisonError,
@@ -27,6 +27,8 @@ use std::{
 };
 
 use quinn_proto::ConnectionHandle;
+
+use super::prefixes::Tally;
 
 /// A client as the fair shares count it: its IPv4 address, or the /64 prefix of its IPv6
 /// address (what one host or site is usually given, so that its 2^64 addresses count as
@@ -48,6 +50,13 @@ impl ClientSource {
     }
 }
 
+impl ClientSource {
+    /// Its address (an IPv6 one with the host bits cleared).
+    pub(super) const fn ip(self) -> IpAddr {
+        self.0
+    }
+}
+
 impl std::fmt::Display for ClientSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
@@ -65,8 +74,8 @@ type Handshake = (usize, ConnectionHandle);
 struct Held {
     /// Connections accepted and not yet drained.
     open: usize,
-    /// Its handshakes in progress, oldest first.
-    half_open: VecDeque<Handshake>,
+    /// Its handshakes in progress, by age (their [`State::next`] numbers).
+    half_open: BTreeMap<u64, Handshake>,
 }
 
 /// The counts behind a decision on a new connection.
@@ -87,8 +96,29 @@ struct State {
     /// The arrival window: its start, new connections in it, and in the one before.
     window: Option<(Instant, u32, u32)>,
     sources: HashMap<ClientSource, Held>,
+    /// Every handshake in progress: its source and age number.
+    handshakes: HashMap<Handshake, (ClientSource, u64)>,
+    /// Every handshake in progress by age, with when it was accepted.
+    by_age: BTreeMap<u64, (Handshake, Instant)>,
+    /// The handshakes in progress of every source and prefix (`prefixes`).
+    tally: Tally,
+    /// The next handshake's age number.
+    next: u64,
     /// Handshakes evicted, by the worker that owns them, not yet taken by it.
     evicted: HashMap<usize, Vec<ConnectionHandle>>,
+}
+
+impl State {
+    /// Takes handshake `h` out of those in progress; its source, if it was one.
+    fn forget(&mut self, h: Handshake) -> Option<ClientSource> {
+        let (source, age) = self.handshakes.remove(&h)?;
+        self.by_age.remove(&age);
+        if let Some(held) = self.sources.get_mut(&source) {
+            held.half_open.remove(&age);
+        }
+        self.tally.sub(source, 1);
+        Some(source)
+    }
 }
 
 /// See the module docs.
@@ -159,14 +189,26 @@ impl Ledger {
         }
     }
 
-    /// Worker `worker` accepted `ch` from `source`: open, and half-open until
+    /// Worker `worker` accepted `ch` from `source` at `now`: open, and half-open until
     /// [`handshake_done`](Self::handshake_done).
-    pub(super) fn accepted(&self, worker: usize, ch: ConnectionHandle, source: ClientSource) {
+    pub(super) fn accepted(
+        &self,
+        worker: usize,
+        ch: ConnectionHandle,
+        source: ClientSource,
+        now: Instant,
+    ) {
         {
-            let mut s = self.state();
+            let mut guard = self.state();
+            let s = &mut *guard;
+            let age = s.next;
+            s.next += 1;
             let held = s.sources.entry(source).or_default();
             held.open += 1;
-            held.half_open.push_back((worker, ch));
+            held.half_open.insert(age, (worker, ch));
+            s.handshakes.insert((worker, ch), (source, age));
+            s.by_age.insert(age, ((worker, ch), now));
+            s.tally.add(source, 1);
         }
         let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
         self.peak_open.fetch_max(open, Ordering::Relaxed);
@@ -176,22 +218,11 @@ impl Ledger {
 
     /// `ch`'s handshake is over (completed, failed, timed out): no longer half-open. False if
     /// it was not counted as half-open any more (evicted, or told twice).
-    pub(super) fn handshake_done(
-        &self,
-        worker: usize,
-        ch: ConnectionHandle,
-        source: ClientSource,
-    ) -> bool {
-        let mut s = self.state();
-        let Some(held) = s.sources.get_mut(&source) else {
-            return false;
-        };
-        let Some(at) = held.half_open.iter().position(|&h| h == (worker, ch)) else {
-            return false;
-        };
-        held.half_open.remove(at);
-        self.half_open.fetch_sub(1, Ordering::Relaxed);
-        true
+    pub(super) fn handshake_done(&self, worker: usize, ch: ConnectionHandle) -> bool {
+        self.state().forget((worker, ch)).is_some() && {
+            self.half_open.fetch_sub(1, Ordering::Relaxed);
+            true
+        }
     }
 
     /// A connection of `source` is drained: no longer open. Its handshake must be done.
@@ -206,23 +237,36 @@ impl Ledger {
         }
     }
 
-    /// Makes room in a full half-open table for a newcomer from `newcomer`: evicts the
-    /// oldest handshake of the source holding the most, if it holds at least two more than
-    /// the newcomer's source (so that the eviction evens out, and never turns on the
-    /// newcomer's own source when it is the one filling the table). Its worker learns of it
-    /// through [`take_evicted`](Self::take_evicted). Returns the evicted handshake.
-    pub(super) fn evict_for(&self, newcomer: ClientSource) -> Option<Handshake> {
+    /// Makes room in a full half-open table for a newcomer from `newcomer`, by evicting:
+    /// - the oldest handshake of the heaviest group, compared level by level down the
+    ///   prefixes ([`Tally::heavier_than`]), if that group holds at least two more than the
+    ///   newcomer's there (so that the eviction evens out, and never turns on the
+    ///   newcomer's own group when it is the one filling the table);
+    /// - failing that (every holder holds about as much as the newcomer: many sources with
+    ///   one handshake each), the oldest handshake of all, if it was accepted at
+    ///   `stale_before` or earlier: one that has taken that long is likely never to finish.
+    ///   (`None`: no handshake is that old yet.)
+    ///
+    /// Its worker learns of it through [`take_evicted`](Self::take_evicted). Returns the
+    /// evicted handshake.
+    pub(super) fn evict_for(
+        &self,
+        newcomer: ClientSource,
+        stale_before: Option<Instant>,
+    ) -> Option<Handshake> {
         let mut guard = self.state();
         let s = &mut *guard;
-        let mine = s.sources.get(&newcomer).map_or(0, |h| h.half_open.len());
-        let (_, held) = s
-            .sources
-            .iter_mut()
-            .max_by_key(|(_, h)| h.half_open.len())?;
-        if held.half_open.len() < mine + 2 {
-            return None;
-        }
-        let victim = held.half_open.pop_front()?;
+        let victim = match s.tally.heavier_than(newcomer, 2) {
+            Some(heavy) => *s.sources.get(&heavy)?.half_open.first_key_value()?.1,
+            None => {
+                let (_, &(oldest, at)) = s.by_age.first_key_value()?;
+                if stale_before.is_none_or(|t| at > t) {
+                    return None;
+                }
+                oldest
+            }
+        };
+        s.forget(victim)?;
         self.half_open.fetch_sub(1, Ordering::Relaxed);
         s.evicted.entry(victim.0).or_default().push(victim.1);
         self.any_evicted.store(true, Ordering::Release);
@@ -300,16 +344,17 @@ mod tests {
     #[test]
     fn counts_follow_connections_and_sources_are_forgotten_when_empty() {
         let l = Ledger::default();
+        let now = Instant::now();
         let a = ClientSource::of(addr("192.0.2.1:1"));
-        l.accepted(0, ConnectionHandle(1), a);
-        l.accepted(1, ConnectionHandle(1), a);
+        l.accepted(0, ConnectionHandle(1), a, now);
+        l.accepted(1, ConnectionHandle(1), a, now);
         assert_eq!((l.open(), l.half_open()), (2, 2));
-        assert_eq!(l.arrive(a, Instant::now()).source_half_open, 2);
-        assert!(l.handshake_done(1, ConnectionHandle(1), a));
-        assert!(!l.handshake_done(1, ConnectionHandle(1), a), "once");
+        assert_eq!(l.arrive(a, now).source_half_open, 2);
+        assert!(l.handshake_done(1, ConnectionHandle(1)));
+        assert!(!l.handshake_done(1, ConnectionHandle(1)), "once");
         assert_eq!((l.open(), l.half_open()), (2, 1));
         l.drained(a);
-        assert!(l.handshake_done(0, ConnectionHandle(1), a));
+        assert!(l.handshake_done(0, ConnectionHandle(1)));
         l.drained(a);
         assert_eq!((l.open(), l.half_open(), l.sources()), (0, 0, 0));
         assert_eq!((l.peak_open(), l.peak_half_open()), (2, 2));
@@ -318,27 +363,85 @@ mod tests {
     #[test]
     fn a_newcomer_evicts_the_oldest_handshake_of_the_heaviest_source() {
         let l = Ledger::default();
+        let now = Instant::now();
         let (flood, other, third) = (
             ClientSource::of(addr("192.0.2.1:1")),
             ClientSource::of(addr("192.0.2.2:1")),
             ClientSource::of(addr("192.0.2.3:1")),
         );
         for i in 0..4 {
-            l.accepted(i % 2, ConnectionHandle(i), flood);
+            l.accepted(i % 2, ConnectionHandle(i), flood, now);
         }
-        l.accepted(1, ConnectionHandle(9), other);
+        l.accepted(1, ConnectionHandle(9), other, now);
         // The flooding source never evicts for itself.
-        assert_eq!(l.evict_for(flood), None);
-        assert_eq!(l.evict_for(third), Some((0, ConnectionHandle(0))));
-        assert_eq!(l.evict_for(other), Some((1, ConnectionHandle(1))));
+        assert_eq!(l.evict_for(flood, None), None);
+        assert_eq!(l.evict_for(third, None), Some((0, ConnectionHandle(0))));
+        assert_eq!(l.evict_for(other, None), Some((1, ConnectionHandle(1))));
         // Two left to the flood, one to `other`: evicting would not even it out.
-        assert_eq!(l.evict_for(other), None);
+        assert_eq!(l.evict_for(other, None), None);
         assert_eq!(l.half_open(), 3);
         assert_eq!(l.take_evicted(0), vec![ConnectionHandle(0)]);
         assert_eq!(l.take_evicted(0), vec![]);
         assert_eq!(l.take_evicted(1), vec![ConnectionHandle(1)]);
         // The evicted handshake's own end later changes nothing.
-        assert!(!l.handshake_done(0, ConnectionHandle(0), flood));
+        assert!(!l.handshake_done(0, ConnectionHandle(0)));
         assert_eq!(l.half_open(), 3);
+    }
+
+    /// 1000 /64s of one /54 holding one handshake each: a newcomer from elsewhere evicts
+    /// one of them, oldest first within the heaviest /56 and /64, and the bookkeeping
+    /// forgets each evicted handshake.
+    #[test]
+    fn a_routed_prefix_gives_way_to_a_newcomer_from_elsewhere() {
+        let l = Ledger::default();
+        let now = Instant::now();
+        let holder =
+            |i: usize| ClientSource::of(addr(&format!("[2001:db8:aa:{:x}::1]:1", 0x1001 + i)));
+        for i in 0..1000 {
+            l.accepted(i % 2, ConnectionHandle(i), holder(i), now);
+        }
+        // Inside one of the heaviest /56s each /64 holds one: nobody to evict by count.
+        let insider = ClientSource::of(addr("[2001:db8:aa:1000::1]:1"));
+        assert_eq!(l.evict_for(insider, None), None);
+        let outsider = ClientSource::of(addr("[2001:db8:bb::1]:1"));
+        let mut evicted = Vec::new();
+        for _ in 0..40 {
+            let (_, ch) = l.evict_for(outsider, None).expect("room for an outsider");
+            evicted.push(ch.0);
+        }
+        evicted.sort_unstable();
+        evicted.dedup();
+        assert_eq!(evicted.len(), 40, "each evicted once");
+        assert_eq!(l.half_open(), 960);
+        for &ch in &evicted {
+            assert!(!l.handshake_done(ch % 2, ConnectionHandle(ch)));
+        }
+    }
+
+    /// Sources holding one handshake each, newcomers holding as many: no group is heavier,
+    /// so only a handshake older than the stale bound gives way, the oldest first.
+    #[test]
+    fn with_every_holder_at_one_the_oldest_stale_handshake_gives_way() {
+        let l = Ledger::default();
+        let start = Instant::now();
+        let holder = |i: u8| ClientSource::of(addr(&format!("192.0.{i}.1:1")));
+        for i in 0..10 {
+            let at = start + Duration::from_millis(u64::from(i) * 100);
+            l.accepted(0, ConnectionHandle(usize::from(i)), holder(i), at);
+        }
+        let newcomer = ClientSource::of(addr("198.51.100.1:1"));
+        assert_eq!(l.evict_for(newcomer, None), None);
+        assert_eq!(
+            l.evict_for(newcomer, Some(start - Duration::from_millis(1))),
+            None
+        );
+        let bound = Some(start + Duration::from_millis(150));
+        assert_eq!(l.evict_for(newcomer, bound), Some((0, ConnectionHandle(0))));
+        assert_eq!(l.evict_for(newcomer, bound), Some((0, ConnectionHandle(1))));
+        assert_eq!(l.evict_for(newcomer, bound), None, "the rest are younger");
+        // A completed handshake is not one to evict.
+        assert!(l.handshake_done(0, ConnectionHandle(2)));
+        let later = Some(start + Duration::from_millis(350));
+        assert_eq!(l.evict_for(newcomer, later), Some((0, ConnectionHandle(3))));
     }
 }

@@ -37,6 +37,7 @@ mod ledger;
 mod metrics;
 #[cfg(test)]
 mod policy_tests;
+mod prefixes;
 mod report;
 mod requests;
 mod served_thread;

@@ -190,6 +190,15 @@ impl Http3 {
         self.conns.insert(ch, engine, ());
     }
 
+    /// `ch`'s window from the receive budget grew to `window` (its handshake completed):
+    /// split as at [`start`](Self::start).
+    pub(super) fn widen(&mut self, ch: ConnectionHandle, conn: &mut Connection, window: u64) {
+        if let Some((engine, ())) = self.conns.get_mut(ch) {
+            conn.set_receive_window(VarInt::from_u64(window / 2).unwrap_or(VarInt::MAX));
+            engine.limit_held(usize::try_from(window / 2).unwrap_or(usize::MAX));
+        }
+    }
+
     /// An event of one of its connections.
     pub(super) fn event(
         &mut self,

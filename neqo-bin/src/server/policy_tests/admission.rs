@@ -82,3 +82,65 @@ fn a_source_holding_the_half_open_table_is_evicted_for_another() {
     assert_eq!(b.app.report.admission.handshake_timeouts, 1);
     assert_eq!(b.server.open_connections(), 0);
 }
+
+/// 64 addresses of one /24, each holding one handshake, fill the table; a newcomer from
+/// another /24 takes the place of one of them: the /24 is the heavy group, though no
+/// address in it holds more than one.
+#[test]
+fn a_prefix_of_one_handshake_holders_gives_way_to_an_outsider() {
+    let limits = Limits {
+        retry: RetryPolicy::Never,
+        max_half_open: 64,
+        ..Limits::default()
+    };
+    let mut b = Bench::new(
+        config(limits),
+        &[client(20, 5000)],
+        &[(Duration::from_millis(100), 0, true)],
+    );
+    for i in 0..64 {
+        b.lone_initial(SocketAddr::from(([127, 0, 9, i], 6000)));
+    }
+    b.run_until("the newcomer", |b| {
+        b.clients.outcomes[0] != Outcome::Pending
+    });
+    b.assert_outcomes(&[Outcome::Done]);
+    let a = b.app.report.admission;
+    assert_eq!((a.evicted_half_open, a.refused_half_open), (1, 0));
+    assert!(a.peak_half_open >= 64, "{a:?}");
+    b.run_to_the_end();
+    assert_eq!(b.app.report.admission.handshake_timeouts, 63);
+}
+
+/// Three holders of one handshake each, in /24s of their own, fill the table: no group is
+/// heavier than a newcomer's by two, so a newcomer is refused while those handshakes are
+/// young, and served once the oldest is older than half the handshake timeout, in its place.
+#[test]
+fn with_one_handshake_per_holder_a_stale_one_gives_way() {
+    let limits = Limits {
+        retry: RetryPolicy::Never,
+        max_half_open: 3,
+        handshake_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    let mut b = Bench::new(
+        config(limits),
+        &[client(20, 5000), client(21, 5000)],
+        &[
+            (Duration::from_millis(100), 0, true),
+            (Duration::from_secs(3), 1, true),
+        ],
+    );
+    for host in [10, 11, 12] {
+        b.lone_initial(client(host, 6000));
+    }
+    b.run_until("the second newcomer", |b| {
+        b.clients.outcomes[1] != Outcome::Pending
+    });
+    b.assert_outcomes(&[refused(), Outcome::Done]);
+    let a = b.app.report.admission;
+    assert_eq!((a.refused_half_open, a.evicted_half_open), (1, 1));
+    assert!(b.elapsed() < limits.handshake_timeout, "before any timeout");
+    b.run_to_the_end();
+    assert_eq!(b.app.report.admission.handshake_timeouts, 2);
+}

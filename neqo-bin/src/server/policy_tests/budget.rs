@@ -83,3 +83,31 @@ fn a_source_past_its_share_of_a_contended_budget_is_refused_and_others_are_not()
         (1, 0)
     );
 }
+
+/// Handshakes that never complete hold the smallest window each and nothing more; a client
+/// whose handshake completes gets a large window from the budget at that moment, and the
+/// given-up handshakes' windows return.
+#[test]
+fn windows_follow_the_handshake() {
+    let c = config(Limits {
+        retry: RetryPolicy::Never,
+        ..Limits::default()
+    });
+    let ms = Duration::from_millis;
+    let mut b = Bench::new(c, &[client(20, 5000)], &[(ms(100), 0, false)]);
+    for host in 100..132 {
+        b.lone_initial(client(host, 6000));
+    }
+    b.run_until("the lone handshakes", |b| {
+        b.app.report.admission.half_open == 32
+    });
+    assert_eq!(b.app.report.receive_windows, 32 * MIN_WINDOW);
+    b.run_until("the client", |b| b.clients.outcomes[0] != Outcome::Pending);
+    b.assert_outcomes(&[Outcome::Done]);
+    let client_window = b.app.report.receive_windows - 32 * MIN_WINDOW;
+    assert!(client_window >= 16 << 20, "{client_window}");
+    b.run_until("the timeouts", |b| {
+        b.app.report.admission.handshake_timeouts == 32 && b.server.open_connections() == 1
+    });
+    assert_eq!(b.app.report.receive_windows, client_window);
+}

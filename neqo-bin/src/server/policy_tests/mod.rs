@@ -37,9 +37,10 @@ const BODY: u64 = 100_000;
 /// Turns a run may take at most.
 const TURNS: usize = 100_000;
 
-/// A client address: host `host` of 127.0.0.0/8 (its own [`ClientSource`](super::ledger::ClientSource)), port `port`.
+/// A client address: host `host` of 127.0.0.0/8, in a /24 of its own (its own
+/// [`ClientSource`](super::ledger::ClientSource) at every prefix level), port `port`.
 fn client(host: u8, port: u16) -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, host)), port)
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, host, 1)), port)
 }
 
 /// What became of a client's connection.

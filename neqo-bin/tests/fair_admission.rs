@@ -1,0 +1,312 @@
+//! Admission that refuses floods, not users: a `neqo-server` with its default flags, in a
+//! network namespace the test makes, under handshakes that never finish, while an ordinary
+//! client from a fresh address opens 40 connections, 4 at a time. Each test prints the
+//! attack's figures (`--nocapture`) and asserts behaviour: every connection of the client
+//! served, and what the attack holds of the server's limits.
+//!
+//! Needs root (the namespace, and source addresses of the test's choosing); skipped
+//! otherwise. Every attack is bounded in count and time.
+
+#![cfg(target_os = "linux")]
+
+mod common;
+#[path = "support/initials.rs"]
+mod initials;
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, SocketAddr},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use common::{scrape, url, with_deadline};
+use initials::{Held, Holders};
+use neqo_bin::{
+    client::{self, ClientConfig},
+    tls::Trust,
+};
+use test_fixtures::{
+    Server,
+    netns::{Netns, enter, is_root},
+};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
+
+/// A hang guard for a whole step, not a performance bound.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// The server's handshake timeout with its default flags: a holder's handshake lasts that
+/// long, so a round that often holds one per source.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The smallest receive window, what a connection holds of the budget until its handshake
+/// completes.
+const MIN_WINDOW: f64 = 65_536.0;
+
+/// One test at a time: each loads both cores.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl During {
+    /// The client's report; its failure fails the test, with the server's report.
+    fn served(&self) -> &client::ClientReport {
+        self.client
+            .as_ref()
+            .unwrap_or_else(|e| panic!("the ordinary client: {e}; the server: {}", self.report))
+    }
+}
+
+/// A server with its default flags in `ns` on `listen`, its metrics on `metrics`, its
+/// report to a file.
+fn start(ns: &Netns, listen: SocketAddr, metrics: SocketAddr) -> (Server, std::path::PathBuf) {
+    let json = std::env::temp_dir().join(format!(
+        "neqo-fair-admission-{}-{}.json",
+        std::process::id(),
+        listen.port()
+    ));
+    let server = Server::start(
+        ns.command(SERVER).args([
+            "--listen",
+            &listen.to_string(),
+            "--metrics",
+            &metrics.to_string(),
+            "--json",
+            json.to_str().unwrap(),
+        ]),
+        DEADLINE,
+    )
+    .unwrap_or_else(|e| panic!("server did not start: {e}"));
+    (server, json)
+}
+
+/// What an attack left: the ordinary client's report, the server's metrics once the
+/// client is done (summed over workers by name), what the holders sent, and the server's
+/// report.
+struct During {
+    client: Result<client::ClientReport, String>,
+    metrics: HashMap<String, f64>,
+    held: Held,
+    report: serde_json::Value,
+}
+
+/// A server with its default flags in `ns` on `listen` (a port of 4433), holders from
+/// `sources` against it (a round every `every`), and, `settle` after they start, an
+/// ordinary client: 40 connections of one request each, 4 at a time.
+fn during(
+    ns: &Netns,
+    listen: IpAddr,
+    sources: Vec<IpAddr>,
+    every: Duration,
+    settle: Duration,
+) -> During {
+    let addr = SocketAddr::new(listen, 4433);
+    let metrics = SocketAddr::new(listen, 9464);
+    let (server, json) = start(ns, addr, metrics);
+    let stop = Arc::new(AtomicBool::new(false));
+    let path = ns.path();
+    let holders = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            enter(&path).unwrap();
+            Holders::new(addr)
+                .unwrap()
+                .run(&sources, every, &stop, DEADLINE / 2)
+        })
+    };
+    std::thread::sleep(settle);
+    let path = ns.path();
+    let client = with_deadline("the ordinary client", DEADLINE, move || {
+        enter(&path).unwrap();
+        let mut c = ClientConfig::new(url(addr, "/1000"), Trust::Insecure);
+        c.connections = 40;
+        c.concurrency = 4;
+        client::run(c).map_err(|e| format!("{e:#}"))
+    });
+    let path = ns.path();
+    let metrics = with_deadline("a scrape", DEADLINE, move || {
+        enter(&path).unwrap();
+        let mut by_name: HashMap<String, f64> = HashMap::new();
+        for (k, v) in scrape(metrics) {
+            let name = k.split('{').next().unwrap_or(&k).to_owned();
+            *by_name.entry(name).or_default() += v;
+        }
+        by_name
+    });
+    stop.store(true, Ordering::Relaxed);
+    let held = holders.join().unwrap();
+    let report = stop_and_report(server, &json);
+    During {
+        client,
+        metrics,
+        held,
+        report,
+    }
+}
+
+/// Stops the server and reads its JSON report.
+fn stop_and_report(server: Server, json: &std::path::Path) -> serde_json::Value {
+    let stopped = server.stop().unwrap();
+    assert!(
+        stopped.success(),
+        "{}: {}",
+        stopped.ending(),
+        stopped.stderr
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    report
+}
+
+/// 32 source addresses each hold one handshake that never finishes (a new one as each is
+/// given up); the budget keeps only the smallest window for each, so it stays uncontended,
+/// and an ordinary client is served 40 of 40. Before, each such handshake was granted its
+/// full window at accept: 622 MB of the 1 GiB budget, and the client's connections were
+/// refused for their source's share.
+#[test]
+fn unfinished_handshakes_from_32_sources_hold_the_floor_only() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a network namespace");
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("neqo-fair-32").unwrap();
+    let sources: Vec<IpAddr> = (0..32u8)
+        .map(|i| IpAddr::from([127, 0, 1, 10 + i]))
+        .collect();
+    // The client comes once the metrics (published every second) count the handshakes.
+    let d = during(
+        &ns,
+        IpAddr::from([127, 0, 0, 1]),
+        sources,
+        HANDSHAKE_TIMEOUT,
+        Duration::from_millis(2500),
+    );
+    let windows = d.metrics["neqo_server_receive_windows_bytes"];
+    println!(
+        "32 sources holding handshakes ({} Initials): client {} of 40 served; receive windows {windows} B after it; server {}",
+        d.held.initials,
+        d.served().requests,
+        d.report["admission"]
+    );
+    let c = d.served();
+    assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
+    assert!(
+        d.report["admission"]["peak_half_open"].as_u64().unwrap() >= 32,
+        "the handshakes were held: {}",
+        d.report["admission"]
+    );
+    assert!(
+        windows <= 2.0 * 32.0 * MIN_WINDOW,
+        "held handshakes hold the smallest window each: {windows} B"
+    );
+    assert_eq!(d.report["refused_source_share"], 0, "{}", d.report);
+    assert_eq!(d.report["refused_budget"], 0, "{}", d.report);
+}
+
+/// One address replays Retry tokens, 300 new handshakes a second that never finish (each
+/// after a Retry of its own), more than the half-open table holds over a handshake timeout;
+/// an ordinary client from another address is served 40 of 40, and the replaying address
+/// is refused once it holds its share of a worker's floor. Before, 2 of 100 such clients
+/// were refused for their share of a budget the replays had made look contended.
+#[test]
+fn one_address_replaying_retry_tokens_keeps_nobody_out() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a network namespace");
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("neqo-fair-replay").unwrap();
+    // In a /24 of its own: the client's neighbours share its prefix's fate once the budget
+    // is contended (docs/server.md).
+    let sources = vec![IpAddr::from([127, 0, 1, 2]); 300];
+    let d = during(
+        &ns,
+        IpAddr::from([127, 0, 0, 1]),
+        sources,
+        Duration::from_secs(1),
+        Duration::from_secs(4),
+    );
+    let a = &d.report["admission"];
+    println!(
+        "one address replaying ({} Initials, {} after a Retry): client {} of 40 served; receive windows {} B after it; server admission {a}",
+        d.held.initials,
+        d.held.retries,
+        d.served().requests,
+        d.metrics["neqo_server_receive_windows_bytes"],
+    );
+    let c = d.served();
+    assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
+    assert!(d.held.retries > 0, "the replays went through Retry");
+    assert!(
+        a["peak_half_open"].as_u64().unwrap() >= 600,
+        "the replays held handshakes: {a}"
+    );
+    // What the server refused was the replaying address, once it held its share of a
+    // worker's floor.
+    assert!(
+        d.report["refused_source_share"].as_u64().unwrap() > 0,
+        "{}",
+        d.report
+    );
+}
+
+/// 1024 IPv6 /64s of one /54, each holding one handshake that never finishes (through
+/// Retry, which the server asks for under this load), against the default 1000 half-open
+/// slots: the table is full, and an ordinary client from another prefix is served 40 of 40,
+/// each of its connections taking the place of a handshake of the heavy /48. Before, each
+/// /64 counted alone and held one slot, as many as the newcomer's two less, and the client
+/// was refused.
+#[test]
+fn a_routed_ipv6_prefix_holding_the_table_keeps_nobody_out() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a network namespace");
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("neqo-fair-54").unwrap();
+    let sources: Vec<IpAddr> = (0..1024u16)
+        .map(|i| format!("2001:db8:aa:{:x}::1", 0x1000 + i).parse().unwrap())
+        .collect();
+    let batch = std::env::temp_dir().join(format!("neqo-fair-54-{}.ip", std::process::id()));
+    let lines: String = sources
+        .iter()
+        .map(|a| format!("address add {a}/128 dev lo nodad\n"))
+        .collect();
+    std::fs::write(&batch, lines).unwrap();
+    ns.ip(&["-6", "-batch", batch.to_str().unwrap()]).unwrap();
+    let _ = std::fs::remove_file(&batch);
+    // The round's Initials and their Retries go out in its first half second; the client
+    // comes well before any of those handshakes is half its timeout old.
+    let d = during(
+        &ns,
+        "::1".parse().unwrap(),
+        sources,
+        HANDSHAKE_TIMEOUT,
+        Duration::from_millis(1200),
+    );
+    let a = &d.report["admission"];
+    println!(
+        "1024 /64s of one /54 holding handshakes ({} Initials, {} after a Retry): client {} of 40 served; {} half-open after it; server admission {a}",
+        d.held.initials,
+        d.held.retries,
+        d.served().requests,
+        d.metrics["neqo_server_connections_half_open"],
+    );
+    let c = d.served();
+    assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
+    assert!(d.held.retries > 0, "the holders went through Retry");
+    assert!(
+        a["refused_half_open"].as_u64().unwrap() > 0,
+        "the table was full: {a}"
+    );
+    assert!(
+        a["evicted_half_open"].as_u64().unwrap() >= 1,
+        "the client took holders' places: {a}"
+    );
+}
