@@ -23,7 +23,7 @@ use std::{
     time::Duration,
 };
 
-use common::{scrape, url, with_deadline};
+use common::{scrape, stop_and_report, url, with_deadline};
 use initials::{Held, Holders};
 use neqo_bin::{
     client::{self, ClientConfig},
@@ -147,20 +147,6 @@ fn during(
         held,
         report,
     }
-}
-
-/// Stops the server and reads its JSON report.
-fn stop_and_report(server: Server, json: &std::path::Path) -> serde_json::Value {
-    let stopped = server.stop().unwrap();
-    assert!(
-        stopped.success(),
-        "{}: {}",
-        stopped.ending(),
-        stopped.stderr
-    );
-    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(json);
-    report
 }
 
 /// 32 source addresses each hold one handshake that never finishes (a new one as each is

@@ -30,7 +30,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use common::{url, with_deadline};
+use common::{stop_and_report, url, with_deadline};
 use initials::{Replayed, retry_token};
 use neqo_bin::{
     client::{self, ClientConfig},
@@ -320,20 +320,6 @@ mod process {
                 .unwrap_or_else(|| panic!("no {name} in {status}"))
         };
         (field("VmRSS:") / 1024.0, field("VmHWM:") / 1024.0)
-    }
-
-    /// Stops the server (SIGTERM, bounded) and reads its JSON report.
-    fn stop_and_report(server: Server, json: &std::path::Path) -> serde_json::Value {
-        let stopped = server.stop().unwrap();
-        assert!(
-            stopped.success(),
-            "{}: {}",
-            stopped.ending(),
-            stopped.stderr
-        );
-        let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-        let _ = std::fs::remove_file(json);
-        report
     }
 
     /// Three authenticated clients each send 13 000 DATAGRAM frames of 65 000 B to a server

@@ -289,6 +289,35 @@ mod at_once_tests {
             std::fs::write(base.join("secret"), b"outside").unwrap();
             std::os::unix::fs::symlink(base.join("secret"), root.join("out")).unwrap();
             std::os::unix::fs::symlink("small", root.join("alias")).unwrap();
+            // A path walk that follows a link whose access time is due for an update
+            // (relatime: not after its change time, as at creation within one clock tick)
+            // leaves the kernel's lock-free walk, which RESOLVE_CACHED refuses: the link's
+            // access time is set ahead, as a link followed before would have it.
+            let alias = std::ffi::CString::new(root.join("alias").to_str().unwrap()).unwrap();
+            let ahead = libc::timespec {
+                tv_sec: libc::time_t::try_from(
+                    (std::time::SystemTime::now() + std::time::Duration::from_secs(60))
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_secs(),
+                )
+                .unwrap(),
+                tv_nsec: 0,
+            };
+            let omit = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            };
+            // SAFETY: a NUL-terminated path and an array of two timespecs, alive for the call.
+            let rc = unsafe {
+                libc::utimensat(
+                    libc::AT_FDCWD,
+                    alias.as_ptr(),
+                    [ahead, omit].as_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+            assert_eq!(rc, 0);
             let fifo = std::ffi::CString::new(root.join("fifo").to_str().unwrap()).unwrap();
             // SAFETY: a NUL-terminated path alive for the call.
             assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
@@ -307,8 +336,11 @@ mod at_once_tests {
         let tree = Tree::new();
         let root = Root::new(&tree.0.join("www").canonicalize().unwrap());
         let read = |p: &str| root.read_at_once(Path::new(p));
-        // Just written: its path and bytes are cached (the first read warms the lookup cache).
-        let _ = read("small");
+        // Just written: their bytes are cached; a first read of each warms the lookup cache
+        // (RESOLVE_CACHED refuses a path, or a link's target, not looked up yet).
+        for warm in ["small", "empty", "alias"] {
+            let _ = read(warm);
+        }
         assert_eq!(read("small").as_deref(), Some(&b"hello"[..]));
         assert_eq!(read("empty").as_deref(), Some(&b""[..]));
         assert_eq!(

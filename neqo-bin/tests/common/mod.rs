@@ -55,3 +55,18 @@ pub fn scrape(addr: SocketAddr) -> HashMap<String, f64> {
         })
         .collect()
 }
+
+/// Stops a `neqo-server` child (SIGTERM, bounded), checks that it exited cleanly, and reads
+/// the JSON report it wrote to `json` (removed after).
+pub fn stop_and_report(server: test_fixtures::Server, json: &std::path::Path) -> serde_json::Value {
+    let stopped = server.stop().unwrap();
+    assert!(
+        stopped.success(),
+        "{}: {}",
+        stopped.ending(),
+        stopped.stderr
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    report
+}
