@@ -103,7 +103,7 @@ impl ServerKeys {
     /// the path cannot be swapped between check and read. Its directory (checked by path,
     /// before a missing file is created in it) must belong to this user or root and be
     /// writable by neither group nor others, who could otherwise put a file of their own in
-    /// its place. Everywhere, the secret must look random: [`check_random`].
+    /// its place. Everywhere, the secret must look random (`check_random`).
     ///
     /// # Errors
     /// A file that cannot be read or created, fails one of those checks, or holds fewer than
