@@ -96,11 +96,13 @@ struct During {
 }
 
 /// A server with its default flags in `ns` on `listen` (a port of 4433), holders from
-/// `sources` against it (a round every `every`), and, `settle` after they start, an
-/// ordinary client: 40 connections of one request each, 4 at a time.
+/// `sources` against it (a round every `every`; `spoofed`: never answering a Retry), and,
+/// `settle` after they start, an ordinary client: 40 connections of one request each, 4 at
+/// a time.
 fn during(
     ns: &Netns,
     listen: IpAddr,
+    spoofed: bool,
     sources: Vec<IpAddr>,
     every: Duration,
     settle: Duration,
@@ -114,9 +116,9 @@ fn during(
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
             enter(&path).unwrap();
-            Holders::new(addr)
-                .unwrap()
-                .run(&sources, every, &stop, DEADLINE / 2)
+            let holders = Holders::new(addr).unwrap();
+            let holders = if spoofed { holders.spoofed() } else { holders };
+            holders.run(&sources, every, &stop, DEADLINE / 2)
         })
     };
     std::thread::sleep(settle);
@@ -169,6 +171,7 @@ fn unfinished_handshakes_from_32_sources_hold_the_floor_only() {
     let d = during(
         &ns,
         IpAddr::from([127, 0, 0, 1]),
+        false,
         sources,
         HANDSHAKE_TIMEOUT,
         Duration::from_millis(2500),
@@ -214,6 +217,7 @@ fn one_address_replaying_retry_tokens_keeps_nobody_out() {
     let d = during(
         &ns,
         IpAddr::from([127, 0, 0, 1]),
+        false,
         sources,
         Duration::from_secs(1),
         Duration::from_secs(4),
@@ -272,6 +276,7 @@ fn a_routed_ipv6_prefix_holding_the_table_keeps_nobody_out() {
     let d = during(
         &ns,
         "::1".parse().unwrap(),
+        false,
         sources,
         HANDSHAKE_TIMEOUT,
         Duration::from_millis(1200),
@@ -295,4 +300,45 @@ fn a_routed_ipv6_prefix_holding_the_table_keeps_nobody_out() {
         a["evicted_half_open"].as_u64().unwrap() >= 1,
         "the client took holders' places: {a}"
     );
+}
+
+/// A flood of real client Initials from 256 addresses of one /24, about 2 000 a second, as
+/// from spoofed sources (no Retry answered): the server answers with Retries once the
+/// handshakes pile up, and an ordinary client from another /24 is served 40 of 40. Before,
+/// such a flood aimed at one worker got 5 of an ordinary host's connections refused, for a
+/// budget the accepted handshakes had made look contended.
+#[test]
+fn a_flood_of_initials_from_spoofed_sources_keeps_nobody_out() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a network namespace");
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("neqo-fair-flood").unwrap();
+    let sources: Vec<IpAddr> = (1..=255u8)
+        .chain([1])
+        .map(|i| IpAddr::from([127, 0, 3, i]))
+        .collect();
+    let d = during(
+        &ns,
+        IpAddr::from([127, 0, 0, 1]),
+        true,
+        sources,
+        Duration::from_millis(125),
+        Duration::from_secs(1),
+    );
+    let a = &d.report["admission"];
+    println!(
+        "Initials from 256 spoofed sources ({} sent): client {} of 40 served; receive windows {} B after it; server admission {a}",
+        d.held.initials,
+        d.served().requests,
+        d.metrics["neqo_server_receive_windows_bytes"],
+    );
+    let c = d.served();
+    assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
+    assert!(
+        a["retries"].as_u64().unwrap() > 0,
+        "the server asked the flood for Retries: {a}"
+    );
+    assert_eq!(d.held.retries, 0, "none answered");
 }

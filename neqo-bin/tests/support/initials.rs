@@ -64,6 +64,8 @@ pub struct Holders {
     server: SocketAddr,
     buf: Vec<u8>,
     held: Held,
+    /// As from spoofed addresses: what comes back is read and dropped, Retries unanswered.
+    spoofed: bool,
 }
 
 impl Holders {
@@ -91,7 +93,16 @@ impl Holders {
             server,
             buf: Vec::new(),
             held: Held::default(),
+            spoofed: false,
         })
+    }
+
+    /// The same senders as from spoofed addresses: a flood of first Initials whose
+    /// Retries nobody answers.
+    #[must_use]
+    pub const fn spoofed(mut self) -> Self {
+        self.spoofed = true;
+        self
     }
 
     /// The first Initial of a new connection, from `from`, with `token` if given.
@@ -127,6 +138,9 @@ impl Holders {
                     retries.push((to, Bytes::copy_from_slice(token)));
                 }
             }
+        }
+        if self.spoofed {
+            return;
         }
         for (from, token) in retries {
             self.held.retries += 1;
