@@ -1,8 +1,9 @@
 //! HTTP/3 (RFC 9114) over the driver, with the `h3` crate: [`handles`] and [`streams`] give
-//! `h3` its `quic` traits, over a [`mailbox`] per connection that carries what they ask to the driver's
-//! quinn-proto connection, reading each stream through a [`guard`] that keeps `h3` to frames
-//! of a bounded size; [`tasks`] runs `h3`'s futures on the driver's thread; [`conn`]
-//! puts the three together per connection, and [`connections`] keeps an application's.
+//! `h3` its `quic` traits, over a [`mailbox`] per connection (its streams' state in `stream`)
+//! that carries what they ask to the driver's quinn-proto connection, reading each stream
+//! through a [`guard`] that keeps `h3` to frames of a bounded size; [`tasks`] runs `h3`'s
+//! futures on the driver's thread; [`conn`] puts the three together per connection, and
+//! [`connections`] keeps an application's.
 
 pub mod conn;
 pub mod connections;
@@ -10,6 +11,7 @@ pub mod guard;
 pub mod handles;
 pub mod mailbox;
 mod reader;
+mod stream;
 pub mod streams;
 pub mod tasks;
 pub(crate) mod waiters;

@@ -25,7 +25,8 @@ use crate::idmap::IdSet;
 
 use super::{
     guard::{Cut, Guard, Take, Violation},
-    mailbox::{Stream, code},
+    mailbox::code,
+    stream::Stream,
 };
 
 /// The most a stream holds read from quinn-proto and not yet taken by `h3`, [`PIECE_COST`]s

@@ -16,7 +16,8 @@ use quinn_proto::StreamId;
 
 use super::{
     handles::stream_error,
-    mailbox::{Shared, Stream, h3_id},
+    mailbox::{Shared, h3_id},
+    stream::Stream,
 };
 
 /// Drops a handle on stream `id`: with its last handle gone, a side still open is ended as a
