@@ -29,9 +29,31 @@ pub fn threads(pid: u32) -> u64 {
 /// CPU seconds used so far, user and system.
 #[must_use]
 pub fn cpu_seconds(pid: u32) -> f64 {
+    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU seconds each thread of `pid` has used so far, by the thread's name (`comm`); threads
+/// of one name are added up.
+#[must_use]
+pub fn thread_cpu_seconds(pid: u32) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let cpu = stat_cpu_seconds(&dir.join("stat").to_string_lossy());
+        *out.entry(name.trim().to_owned()).or_insert(0.0) += cpu;
+    }
+    out
+}
+
+/// utime + stime of a `stat` file, in seconds.
+fn stat_cpu_seconds(path: &str) -> f64 {
     // utime and stime are fields 14 and 15; the command name (field 2) may hold spaces, so
     // count from the ')' that ends it.
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0.0;
     };
     let Some((_, rest)) = stat.rsplit_once(')') else {
@@ -59,6 +81,8 @@ mod tests {
         assert!(rss_kib(me) > 0);
         assert!(threads(me) >= 1);
         assert!(cpu_seconds(me) > 0.0);
+        let by_thread = thread_cpu_seconds(me);
+        assert!(by_thread.values().sum::<f64>() > 0.0, "{by_thread:?}");
         assert_eq!((rss_kib(0), cpu_seconds(0)), (0, 0.0), "no such process");
     }
 }

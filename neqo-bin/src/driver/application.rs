@@ -1,6 +1,6 @@
 //! What the protocol on top of the driver implements: [`Application`].
 
-use std::{sync::Arc, task::Context, task::Poll, time::Instant};
+use std::{net::SocketAddr, sync::Arc, task::Context, task::Poll, time::Instant};
 
 use quinn_proto::{Connection, ConnectionHandle, Event, Incoming, ServerConfig, VarInt};
 
@@ -25,6 +25,15 @@ pub trait Application {
     /// `open` connections exist already.
     fn admit(&mut self, _open: usize, _incoming: &Incoming, _now: Instant) -> Admission {
         Admission::Accept(None)
+    }
+
+    /// While the driver is behind (a receive batch came back full, or the kernel dropped
+    /// datagrams on a socket, within the last [`BEHIND_HOLD`](super::BEHIND_HOLD)), each datagram that
+    /// opens with an Initial packet is shown here first, by its `source` and destination
+    /// connection ID, before quinn-proto spends any crypto on it; `false` drops it unread.
+    /// The default keeps every one.
+    fn screen_initial(&mut self, _source: SocketAddr, _dcid: &[u8], _now: Instant) -> bool {
+        true
     }
 
     /// A connection was accepted at `now`.

@@ -10,6 +10,11 @@ pub struct DriverCounters {
     pub refused: u64,
     /// Retry packets sent (address validation).
     pub retries: u64,
+    /// Datagrams opening with an Initial packet that the application shed, unread by
+    /// quinn-proto, while the driver was behind ([`Application::screen_initial`]).
+    ///
+    /// [`Application::screen_initial`]: super::Application::screen_initial
+    pub initials_shed: u64,
     /// Replies no connection owns (Version Negotiation, Retry, refusals, stateless resets)
     /// dropped because the path's transmit queue was at its limit (a write-blocked socket).
     pub stateless_dropped: u64,
@@ -58,6 +63,7 @@ impl DriverCounters {
         self.refused += other.refused;
         self.retries += other.retries;
         self.stateless_dropped += other.stateless_dropped;
+        self.initials_shed += other.initials_shed;
         self.peak_connections = self.peak_connections.max(other.peak_connections);
         self.drained += other.drained;
         self.lost_packets += other.lost_packets;

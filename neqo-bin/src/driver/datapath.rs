@@ -115,6 +115,8 @@ pub(super) struct Path {
     pub(super) queue_limit: usize,
     /// The last flush left transmits behind (the kernel said `WouldBlock`).
     pub(super) blocked: bool,
+    /// The socket's kernel drops when its last batch was received.
+    pub(super) kernel_drops: u64,
 }
 
 impl Path {

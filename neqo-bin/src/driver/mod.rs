@@ -62,6 +62,7 @@ use quinn_proto::{
     ClientConfig, ConnectError, Connection, ConnectionHandle, Endpoint, EndpointConfig,
     ServerConfig,
 };
+pub use rx::BEHIND_HOLD;
 pub use standalone::run_client;
 
 use conns::Connections;
@@ -102,6 +103,8 @@ pub struct Driver {
     counters: DriverCounters,
     /// Datagrams of one receive, kept for its allocation.
     rx: Vec<Datagram>,
+    /// Until when the driver counts as behind its sockets (`rx::BEHIND_HOLD`).
+    behind_until: Option<Instant>,
     /// Set by [`close_all`](Driver::close_all): until when the driver waits for the closed
     /// connections to drain.
     closing: Option<Instant>,
@@ -194,6 +197,7 @@ impl Driver {
                 queue: TxQueue::new(TX_BUF).with_pool_limit(2 * io.batch_size().max(4)),
                 io,
                 blocked: false,
+                kernel_drops: 0,
             })
             .collect();
         Self {
@@ -209,6 +213,7 @@ impl Driver {
                 ..DriverCounters::default()
             },
             rx: Vec::new(),
+            behind_until: None,
             closing: None,
             drain: Duration::ZERO,
             draining: None,

@@ -1,6 +1,9 @@
 //! The receive side: a batch from every path into the endpoint and its connections.
 
-use std::{io, time::Instant};
+use std::{
+    io,
+    time::{Duration, Instant},
+};
 
 use neqo_udp::{Datagram, TransmitHeader};
 use quinn_proto::DatagramEvent;
@@ -12,6 +15,25 @@ use super::{Admission, Application, Driver};
 /// the peer's sending pipelined with our processing, and whatever is left is read next turn,
 /// as the socket stays ready. (`docs/performance.md` has the measurement.)
 const RECV_BUDGET: usize = 1;
+
+/// How long the driver counts as behind after a receive batch came back full or a socket
+/// dropped datagrams: long enough that a flood, once cheap to read, keeps counting as one.
+pub const BEHIND_HOLD: Duration = Duration::from_secs(1);
+
+/// The destination connection ID of `data` when it opens with a QUIC v1 Initial packet
+/// (long header, type 0, a version other than Version Negotiation's 0).
+pub(super) fn initial_dcid(data: &[u8]) -> Option<&[u8]> {
+    let first = *data.first()?;
+    if first & 0x80 == 0 || (first >> 4) & 0x03 != 0 || data.get(1..5)? == [0; 4] {
+        return None;
+    }
+    let len = usize::from(*data.get(5)?);
+    // RFC 9000 section 17.2: at most 20 bytes in QUIC v1.
+    if len > 20 {
+        return None;
+    }
+    data.get(6..6 + len)
+}
 
 impl Driver {
     /// Takes up to `RECV_BUDGET` batches from every path into the endpoint.
@@ -32,7 +54,15 @@ impl Driver {
                         break 'budget;
                     }
                 }
+                let behind = self.fell_behind(path, rx.len(), now);
                 for d in rx.drain(..) {
+                    if behind
+                        && let Some(dcid) = initial_dcid(&d.data)
+                        && !app.screen_initial(d.source, dcid, now)
+                    {
+                        self.counters.initials_shed += 1;
+                        continue;
+                    }
                     self.on_datagram(app, path, d, now);
                 }
             }
@@ -42,6 +72,20 @@ impl Driver {
         }
         self.rx = rx;
         result
+    }
+
+    /// Notes a batch of `received` datagrams on `path`; returns whether the driver is
+    /// behind: this batch or one within [`BEHIND_HOLD`] filled the receive batch, or the
+    /// kernel dropped datagrams on the path since the last batch.
+    fn fell_behind(&mut self, path: usize, received: usize, now: Instant) -> bool {
+        let p = &mut self.paths[path];
+        let drops = p.io.stats().kernel_drops;
+        let dropped = drops > p.kernel_drops;
+        p.kernel_drops = drops;
+        if dropped || received >= p.io.batch_size() {
+            self.behind_until = Some(now + BEHIND_HOLD);
+        }
+        self.behind_until.is_some_and(|t| t > now)
     }
 
     fn on_datagram<A: Application>(&mut self, app: &mut A, path: usize, d: Datagram, now: Instant) {
@@ -121,5 +165,32 @@ impl Driver {
             }
             None => p.queue.recycle(buf),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::initial_dcid;
+
+    #[test]
+    fn initials_are_told_by_their_first_packet() {
+        // Long header, type Initial, version 1, an 8-byte DCID.
+        let mut d = vec![0xc3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0];
+        assert_eq!(initial_dcid(&d), Some(&[1, 2, 3, 4, 5, 6, 7, 8][..]));
+        // Other long-header types: 0-RTT, Handshake, Retry.
+        for t in 1..4u8 {
+            d[0] = 0xc0 | (t << 4);
+            assert_eq!(initial_dcid(&d), None, "type {t}");
+        }
+        d[0] = 0xc3;
+        // Version Negotiation (version 0), a short header, a DCID past 20 bytes or past the
+        // datagram's end, an empty datagram.
+        assert_eq!(initial_dcid(&[0xc3, 0, 0, 0, 0, 1, 9]), None);
+        assert_eq!(initial_dcid(&[0x43, 1, 2, 3, 4, 5, 6]), None);
+        assert_eq!(initial_dcid(&[0xc3, 0, 0, 0, 1, 21]), None);
+        assert_eq!(initial_dcid(&[0xc3, 0, 0, 0, 1, 8, 1, 2]), None);
+        assert_eq!(initial_dcid(&[]), None);
+        // An empty DCID is still an Initial's.
+        assert_eq!(initial_dcid(&[0xc3, 0, 0, 0, 1, 0]), Some(&[][..]));
     }
 }

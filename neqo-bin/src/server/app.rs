@@ -3,6 +3,7 @@
 //! (`requests`), gives up handshakes that take too long, and prints stats at an interval.
 
 use std::{
+    net::SocketAddr,
     sync::Arc,
     task::{Context, Poll},
     time::Instant,
@@ -16,9 +17,10 @@ use super::{
     budget::{NoWindow, Windows},
     configs::ConnectionConfigs,
     http3::Http3,
-    ledger::Ledger,
+    initial_shed::InitialShed,
     metrics::{Board, PUBLISH_EVERY},
     requests::Requests,
+    worker::Shared,
 };
 use crate::{
     driver::{Admission, Application, Driver},
@@ -30,6 +32,7 @@ pub(super) struct ServerApp {
     /// The worker this runs on, for its log lines.
     worker: usize,
     gate: Gate,
+    shed: InitialShed,
     windows: Windows,
     configs: ConnectionConfigs,
     config: ServerConfig,
@@ -43,29 +46,27 @@ pub(super) struct ServerApp {
 }
 
 impl ServerApp {
-    /// Worker `worker`'s application; `root` must be canonical, and `config` the worker's
-    /// share of the limits ([`ServerConfig::worker_share`]).
-    pub(super) fn new(
-        worker: usize,
-        root: Option<Arc<crate::disk::Root>>,
-        base: Arc<quinn_proto::ServerConfig>,
-        config: ServerConfig,
-        ledger: Arc<Ledger>,
-        board: Option<Arc<Board>>,
-        now: Instant,
-    ) -> Self {
+    /// Worker `worker`'s application on what every worker starts from; `config` is the
+    /// worker's share of the limits ([`ServerConfig::worker_share`]).
+    pub(super) fn new(worker: usize, shared: &Shared, config: ServerConfig, now: Instant) -> Self {
+        let root = shared.root.clone();
         Self {
             worker,
-            gate: Gate::new(worker, config.limits, ledger),
+            gate: Gate::new(worker, config.limits, shared.ledger.clone()),
+            shed: InitialShed::new(config.keys.cid_generator(&shared.layout, worker)),
             windows: Windows::new(config.budget),
-            configs: ConnectionConfigs::new(base, config.transport.clone(), &config.listen),
+            configs: ConnectionConfigs::new(
+                shared.server_config.clone(),
+                config.transport.clone(),
+                &config.listen,
+            ),
             config,
             requests: Requests::new(root.clone()),
             http3: Http3::new(root),
             report: ServerReport::default(),
             next_stats: now,
             started: now,
-            board: board.map(|b| (b, now)),
+            board: shared.board.clone().map(|b| (b, now)),
         }
     }
 }
@@ -100,6 +101,10 @@ impl ServerApp {
 }
 
 impl Application for ServerApp {
+    fn screen_initial(&mut self, source: SocketAddr, dcid: &[u8], now: Instant) -> bool {
+        self.shed.keep(source, dcid, now)
+    }
+
     fn admit(&mut self, open: usize, incoming: &Incoming, now: Instant) -> Admission {
         let remote = incoming.remote_address();
         let source = ClientSource::of(remote);

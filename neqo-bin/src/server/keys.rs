@@ -21,7 +21,7 @@ use quinn_proto::{
 use rand::RngCore as _;
 use ring::{hkdf, hmac};
 
-use super::cid::CidLayout;
+use super::cid::{CidGenerator, CidLayout};
 
 /// Bytes of secret a key file needs at least (and a new one gets).
 pub const MIN_SECRET: usize = 32;
@@ -91,6 +91,13 @@ impl ServerKeys {
         let (layout, key) = (layout.clone(), self.cid.clone());
         config.cid_generator(move || Box::new(layout.generator(worker, key.clone(), cid_lifetime)));
         config
+    }
+
+    /// Worker `worker`'s connection IDs in `layout`, as its endpoint makes them: to tell
+    /// the IDs the server issued from others.
+    #[must_use]
+    pub fn cid_generator(&self, layout: &CidLayout, worker: usize) -> CidGenerator {
+        layout.generator(worker, self.cid.clone(), None)
     }
 
     /// Keys from the secret in `path`; a missing file is created first with

@@ -32,6 +32,7 @@ mod configs;
 mod dispatch;
 mod handle;
 mod http3;
+mod initial_shed;
 mod keys;
 mod ledger;
 mod metrics;

@@ -23,6 +23,8 @@ pub struct WorkerSummary {
     pub kernel_drops: u64,
     /// Datagrams for it the dispatcher dropped because its channel was full (channel steering).
     pub dispatch_dropped: u64,
+    /// Initials it shed unread while behind (`initial_shed`).
+    pub initials_shed: u64,
 }
 
 /// What a server did.
@@ -89,14 +91,15 @@ impl ServerReport {
             workers.push_str(&format!("\n{}:", self.steering));
             for (i, w) in self.workers.iter().enumerate() {
                 workers.push_str(&format!(
-                    " [{i}] accepted {} requests {} sent {} B rx {} tx {} drops {} dispatch drops {}",
+                    " [{i}] accepted {} requests {} sent {} B rx {} tx {} drops {} dispatch drops {} Initials shed {}",
                     w.accepted,
                     w.requests,
                     w.bytes_sent,
                     w.rx_datagrams,
                     w.tx_datagrams,
                     w.kernel_drops,
-                    w.dispatch_dropped
+                    w.dispatch_dropped,
+                    w.initials_shed
                 ));
             }
         }
@@ -107,7 +110,7 @@ impl ServerReport {
             ));
         }
         format!(
-            "receive windows {} of {} B (refused {}, source share {}), connections accepted {} refused {} (half-open limit {}) retries {} stateless replies dropped {} half-open {} (peak {}, timed out {}, evicted {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}{}\n{}{workers}",
+            "receive windows {} of {} B (refused {}, source share {}), connections accepted {} refused {} (half-open limit {}) retries {} stateless replies dropped {} Initials shed {} half-open {} (peak {}, timed out {}, evicted {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}{}\n{}{workers}",
             self.receive_windows,
             self.receive_budget,
             self.refused_budget,
@@ -117,6 +120,7 @@ impl ServerReport {
             self.admission.refused_half_open,
             self.driver.retries,
             self.driver.stateless_dropped,
+            self.driver.initials_shed,
             self.admission.half_open,
             self.admission.peak_half_open,
             self.admission.handshake_timeouts,
@@ -199,6 +203,7 @@ impl ServerReport {
                     .as_ref()
                     .and_then(|d| d.dropped.get(i).copied())
                     .unwrap_or(0),
+                initials_shed: w.driver.initials_shed,
             })
             .collect();
         all.dispatch = dispatch;

