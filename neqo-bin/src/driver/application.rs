@@ -27,9 +27,9 @@ pub trait Application {
         Admission::Accept(None)
     }
 
-    /// While the driver is behind (a receive batch came back full, or the kernel dropped
-    /// datagrams on a socket, within the last [`BEHIND_HOLD`](super::BEHIND_HOLD)), each datagram that
-    /// opens with an Initial packet is shown here first, by its `source` and destination
+    /// While the driver is behind (datagrams for it were lost before it read them, within
+    /// the last [`BEHIND_HOLD`](super::BEHIND_HOLD)), each datagram that opens with an
+    /// Initial packet is shown here first, by its `source` and destination
     /// connection ID, before quinn-proto spends any crypto on it; `false` drops it unread.
     /// The default keeps every one.
     fn screen_initial(&mut self, _source: SocketAddr, _dcid: &[u8], _now: Instant) -> bool {

@@ -42,6 +42,8 @@ pub struct ChannelDatapath {
     socket: Socket,
     /// Channel receives that took at least one datagram, as a socket counts syscalls.
     rx: neqo_udp::DirectionStats,
+    /// Receives that found the channel full: the dispatcher drops what it cannot add.
+    found_full: u64,
 }
 
 impl ChannelDatapath {
@@ -52,6 +54,7 @@ impl ChannelDatapath {
             inbox: RefCell::new(Inbox { rx, taken: None }),
             socket,
             rx: neqo_udp::DirectionStats::default(),
+            found_full: 0,
         }
     }
 }
@@ -74,6 +77,10 @@ impl Datapath for ChannelDatapath {
     /// connections must not fail for it.
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<()> {
         let inbox = self.inbox.get_mut();
+        // Full now: datagrams for this worker are being dropped by the dispatcher.
+        if inbox.rx.len() >= inbox.rx.max_capacity() {
+            self.found_full += 1;
+        }
         let before = out.len();
         out.extend(inbox.taken.take());
         while out.len() - before < CHANNEL_RECV_BATCH {
@@ -113,6 +120,11 @@ impl Datapath for ChannelDatapath {
 
     fn poll_send_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.socket.poll_send_ready(cx)
+    }
+
+    /// Receives that found the channel full.
+    fn overflows(&self) -> u64 {
+        self.found_full
     }
 
     /// The channel's receives and the socket's sends. The socket's kernel drops and receive
@@ -169,5 +181,24 @@ mod tests {
             path.recv(&mut out).unwrap_err().kind(),
             io::ErrorKind::WouldBlock
         );
+    }
+
+    #[tokio::test]
+    async fn a_full_channel_is_an_overflow() {
+        let (tx, rx) = mpsc::channel(2);
+        let socket = Socket::bind("127.0.0.1:0".parse().unwrap(), neqo_udp::Config::default())
+            .expect("bind");
+        let mut path = ChannelDatapath::new(rx, socket);
+        let source: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let send = || tx.try_send(Datagram::new(bytes::BytesMut::from(&[1; 10][..]), source));
+        let mut out = Vec::new();
+        send().unwrap();
+        path.recv(&mut out).unwrap();
+        assert_eq!(path.overflows(), 0, "room left");
+        send().unwrap();
+        send().unwrap();
+        assert!(send().is_err(), "the dispatcher's next datagram is dropped");
+        path.recv(&mut out).unwrap();
+        assert_eq!((out.len(), path.overflows()), (3, 1));
     }
 }

@@ -50,6 +50,13 @@ pub trait Datapath {
 
     /// The socket's counters.
     fn stats(&self) -> Stats;
+
+    /// A count that rises as datagrams for this path are lost before it reads them: by
+    /// default the kernel's drops at a full receive buffer. The driver's sign that it is
+    /// behind ([`BEHIND_HOLD`](super::BEHIND_HOLD)).
+    fn overflows(&self) -> u64 {
+        self.stats().kernel_drops
+    }
 }
 
 /// A neqo-udp [`Socket`] and its receive buffers.
@@ -115,8 +122,8 @@ pub(super) struct Path {
     pub(super) queue_limit: usize,
     /// The last flush left transmits behind (the kernel said `WouldBlock`).
     pub(super) blocked: bool,
-    /// The socket's kernel drops when its last batch was received.
-    pub(super) kernel_drops: u64,
+    /// Its [`Datapath::overflows`] when its last batch was received.
+    pub(super) overflows: u64,
 }
 
 impl Path {

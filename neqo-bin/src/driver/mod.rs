@@ -197,7 +197,7 @@ impl Driver {
                 queue: TxQueue::new(TX_BUF).with_pool_limit(2 * io.batch_size().max(4)),
                 io,
                 blocked: false,
-                kernel_drops: 0,
+                overflows: 0,
             })
             .collect();
         Self {

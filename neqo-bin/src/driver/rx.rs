@@ -16,8 +16,8 @@ use super::{Admission, Application, Driver};
 /// as the socket stays ready. (`docs/performance.md` has the measurement.)
 const RECV_BUDGET: usize = 1;
 
-/// How long the driver counts as behind after a receive batch came back full or a socket
-/// dropped datagrams: long enough that a flood, once cheap to read, keeps counting as one.
+/// How long the driver counts as behind after datagrams were lost before it read them (a
+/// full socket buffer): long enough that a flood, once cheap to read, keeps counting as one.
 pub const BEHIND_HOLD: Duration = Duration::from_secs(1);
 
 /// The destination connection ID of `data` when it opens with a QUIC v1 Initial packet
@@ -54,7 +54,7 @@ impl Driver {
                         break 'budget;
                     }
                 }
-                let behind = self.fell_behind(path, rx.len(), now);
+                let behind = self.fell_behind(path, now);
                 for d in rx.drain(..) {
                     if behind
                         && let Some(dcid) = initial_dcid(&d.data)
@@ -74,17 +74,17 @@ impl Driver {
         result
     }
 
-    /// Notes a batch of `received` datagrams on `path`; returns whether the driver is
-    /// behind: this batch or one within [`BEHIND_HOLD`] filled the receive batch, or the
-    /// kernel dropped datagrams on the path since the last batch.
-    fn fell_behind(&mut self, path: usize, received: usize, now: Instant) -> bool {
+    /// Notes a batch received on `path`; returns whether the driver is behind: datagrams
+    /// for one of its paths were lost before it read them, since its last batch or within
+    /// [`BEHIND_HOLD`] before. (A full batch alone is not a sign: a burst of a few hundred
+    /// connections from one address fills batches that the worker takes in well in time.)
+    fn fell_behind(&mut self, path: usize, now: Instant) -> bool {
         let p = &mut self.paths[path];
-        let drops = p.io.stats().kernel_drops;
-        let dropped = drops > p.kernel_drops;
-        p.kernel_drops = drops;
-        if dropped || received >= p.io.batch_size() {
+        let overflows = p.io.overflows();
+        if overflows > p.overflows {
             self.behind_until = Some(now + BEHIND_HOLD);
         }
+        p.overflows = overflows;
         self.behind_until.is_some_and(|t| t > now)
     }
 

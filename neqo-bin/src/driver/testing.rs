@@ -108,6 +108,10 @@ struct Net {
     lost: u64,
     /// A full socket: the next this many send calls from that address say `WouldBlock`.
     full_for: HashMap<SocketAddr, usize>,
+    /// Most datagrams waiting for an address (its receive buffer); more are dropped.
+    queue_limit: HashMap<SocketAddr, usize>,
+    /// Datagrams dropped at each address's full queue.
+    overflowed: HashMap<SocketAddr, u64>,
     /// Runs each path saw after its GSO broke: (queued before the break, offered afresh,
     /// resumed where the last call stopped).
     gso_break_runs: HashMap<SocketAddr, (usize, usize, usize)>,
@@ -134,6 +138,8 @@ impl Network {
             wire: HashMap::new(),
             lost: 0,
             full_for: HashMap::new(),
+            queue_limit: HashMap::new(),
+            overflowed: HashMap::new(),
             gso_break_runs: HashMap::new(),
         })))
     }
@@ -172,6 +178,18 @@ impl Network {
     /// The next `calls` send calls from `addr` say `WouldBlock`: a full socket.
     pub fn fill(&self, addr: SocketAddr, calls: usize) {
         self.0.borrow_mut().full_for.insert(addr, calls);
+    }
+
+    /// At most `limit` datagrams wait for `addr`, as in a receive buffer; the rest are
+    /// dropped and counted ([`overflowed`](Self::overflowed)).
+    pub fn set_queue_limit(&self, addr: SocketAddr, limit: usize) {
+        self.0.borrow_mut().queue_limit.insert(addr, limit);
+    }
+
+    /// Datagrams dropped at `addr`'s full queue: its path's kernel drops.
+    #[must_use]
+    pub fn overflowed(&self, addr: SocketAddr) -> u64 {
+        self.0.borrow().overflowed.get(&addr).copied().unwrap_or(0)
     }
 
     /// Send calls from `addr` still to be refused.
@@ -292,6 +310,13 @@ impl Network {
             at += n.reorder_by;
         }
         let queue = n.queues.entry(to).or_default();
+        if n.queue_limit
+            .get(&to)
+            .is_some_and(|&limit| queue.len() >= limit)
+        {
+            *n.overflowed.entry(to).or_default() += 1;
+            return;
+        }
         // In arrival order: a held-back datagram goes behind those that overtake it.
         let i = queue.partition_point(|x| x.0 <= at);
         queue.insert(i, (at, bytes.to_vec(), from));
@@ -430,7 +455,9 @@ impl Datapath for Path {
     }
 
     fn stats(&self) -> Stats {
-        self.stats
+        let mut s = self.stats;
+        s.kernel_drops = self.net.overflowed(self.addr);
+        s
     }
 }
 

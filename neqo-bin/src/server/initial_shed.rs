@@ -15,9 +15,10 @@
 //! issued (after a Retry, and the client's later Initials) are never shed.
 //!
 //! The counts live in a count-min sketch (`ROWS` x `WIDTH` counters under a key random per
-//! worker, 128 KiB): fixed memory however many sources a spoofed flood uses, and it never
-//! counts a prefix low; a prefix is counted high only when each of its counters is shared
-//! with others, which a spoofed flood of 300 000 Initials a second does not make happen.
+//! worker, 32 KiB, made the first time the worker is behind): fixed memory however many
+//! sources a spoofed flood uses, and it never counts a prefix low; a prefix is counted high
+//! only when each of its counters is shared with others, which a spoofed flood of 300 000
+//! Initials a second does not make happen.
 
 use std::{
     hash::{BuildHasher as _, RandomState},
@@ -41,14 +42,15 @@ pub const WINDOW: Duration = Duration::from_millis(100);
 pub const LEAF_LIMIT: u32 = 16;
 
 const ROWS: usize = 4;
-const WIDTH: usize = 16_384;
+const WIDTH: usize = 8192;
 
 /// A worker's shedding of Initials. See the module docs.
 pub(super) struct InitialShed {
     /// This worker's connection IDs, to tell the ones the server issued.
     ours: CidGenerator,
     hasher: RandomState,
-    counts: Box<[[u16; WIDTH]; ROWS]>,
+    /// Made the first time the worker is behind: a worker never flooded keeps none.
+    counts: Option<Box<[[u8; WIDTH]; ROWS]>>,
     window_start: Option<Instant>,
 }
 
@@ -67,7 +69,7 @@ impl InitialShed {
         Self {
             ours,
             hasher: RandomState::new(),
-            counts: Box::new([[0; WIDTH]; ROWS]),
+            counts: None,
             window_start: None,
         }
     }
@@ -82,49 +84,56 @@ impl InitialShed {
             .is_none_or(|t| now.saturating_duration_since(t) >= WINDOW)
         {
             self.window_start = Some(now);
-            for row in self.counts.iter_mut() {
-                row.fill(0);
+            if let Some(counts) = &mut self.counts {
+                for row in counts.iter_mut() {
+                    row.fill(0);
+                }
             }
         }
+        let counts = self
+            .counts
+            .get_or_insert_with(|| Box::new([[0; WIDTH]; ROWS]));
+        let hasher = &self.hasher;
         let slots: Vec<[usize; ROWS]> = prefixes::levels(ClientSource::of(source))
-            .map(|p| self.slots(p))
+            .map(|p| slots(hasher, p))
             .collect();
         let n = slots.len();
         let keep = slots.iter().enumerate().all(|(level, slots)| {
             let limit = LEAF_LIMIT << (n - 1 - level);
-            self.estimate(slots) < limit
+            estimate(counts, slots) < limit
         });
         // Only what is kept counts: a flooding address holds its own share of its /24 and
         // no more, leaving the rest to its neighbours.
         if keep {
             for slots in &slots {
-                for (row, &i) in self.counts.iter_mut().zip(slots) {
+                for (row, &i) in counts.iter_mut().zip(slots) {
                     row[i] = row[i].saturating_add(1);
                 }
             }
         }
         keep
     }
+}
 
-    /// `p`'s counter in each row.
-    fn slots(&self, p: Prefix) -> [usize; ROWS] {
-        let h = self.hasher.hash_one(p);
-        // Two halves of one keyed hash make the rows' indexes (Kirsch and Mitzenmacher).
-        let (a, b) = (h & 0xffff_ffff, (h >> 32) | 1);
-        std::array::from_fn(|r| {
-            usize::try_from(a.wrapping_add(b.wrapping_mul(r as u64))).unwrap_or(0) % WIDTH
-        })
-    }
+/// `p`'s counter in each row.
+fn slots(hasher: &RandomState, p: Prefix) -> [usize; ROWS] {
+    let h = hasher.hash_one(p);
+    // Two halves of one keyed hash make the rows' indexes (Kirsch and Mitzenmacher).
+    let (a, b) = (h & 0xffff_ffff, (h >> 32) | 1);
+    std::array::from_fn(|r| {
+        usize::try_from(a.wrapping_add(b.wrapping_mul(r as u64))).unwrap_or(0) % WIDTH
+    })
+}
 
-    /// The count at `slots`: never below the true one.
-    fn estimate(&self, slots: &[usize; ROWS]) -> u32 {
-        self.counts
-            .iter()
-            .zip(slots)
-            .map(|(row, &i)| u32::from(row[i]))
-            .min()
-            .unwrap_or(0)
-    }
+/// The count at `slots`: never below the true one (the counters saturate at 255, above
+/// every limit).
+fn estimate(counts: &[[u8; WIDTH]; ROWS], slots: &[usize; ROWS]) -> u32 {
+    counts
+        .iter()
+        .zip(slots)
+        .map(|(row, &i)| u32::from(row[i]))
+        .min()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
