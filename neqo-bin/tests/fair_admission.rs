@@ -102,6 +102,19 @@ struct During {
     report: serde_json::Value,
 }
 
+/// The ordinary client, from `ns`'s default address: 40 connections to `addr` of one request
+/// each, 4 at a time.
+fn ordinary_client(ns: &Netns, addr: SocketAddr) -> Result<client::ClientReport, String> {
+    let path = ns.path();
+    with_deadline("the ordinary client", DEADLINE, move || {
+        enter(&path).unwrap();
+        let mut c = ClientConfig::new(url(addr, "/1000"), Trust::Insecure);
+        c.connections = 40;
+        c.concurrency = 4;
+        client::run(c).map_err(|e| format!("{e:#}"))
+    })
+}
+
 /// A server with its default flags in `ns` on `listen` (a port of 4433), holders from
 /// `sources` against it (a round every `every`; `spoofed`: never answering a Retry), and,
 /// `settle` after they start, an ordinary client: 40 connections of one request each, 4 at
@@ -129,14 +142,7 @@ fn during(
         })
     };
     std::thread::sleep(settle);
-    let path = ns.path();
-    let client = with_deadline("the ordinary client", DEADLINE, move || {
-        enter(&path).unwrap();
-        let mut c = ClientConfig::new(url(addr, "/1000"), Trust::Insecure);
-        c.connections = 40;
-        c.concurrency = 4;
-        client::run(c).map_err(|e| format!("{e:#}"))
-    });
+    let client = ordinary_client(ns, addr);
     let path = ns.path();
     let metrics = with_deadline("a scrape", DEADLINE, move || {
         enter(&path).unwrap();
@@ -392,14 +398,7 @@ fn a_flood_aimed_at_one_worker_is_shed_unread() {
         })
     };
     std::thread::sleep(Duration::from_secs(2));
-    let path = ns.path();
-    let client = with_deadline("the ordinary client", DEADLINE, move || {
-        enter(&path).unwrap();
-        let mut c = ClientConfig::new(url(addr, "/1000"), Trust::Insecure);
-        c.connections = 40;
-        c.concurrency = 4;
-        client::run(c).map_err(|e| format!("{e:#}"))
-    });
+    let client = ordinary_client(&ns, addr);
     stop.store(true, Ordering::Relaxed);
     let aimed = attacker.join().unwrap();
     let report = stop_and_report(server, &json);
