@@ -1,8 +1,8 @@
 //! `compare --stacks`: the server's cost where other stacks' clients meet it. For each count
 //! C of client processes, C processes of one client stack (quinn's, as `quinn-load`, and
 //! the msquic peer's client), one connection each as users' clients are, download `--bytes`
-//! in all (at least 1 MiB each, in 1 MiB requests one after another, every byte verified)
-//! from neqo-server (its defaults but `--max-mtu 1452`, as `neqo_mtu_args` says why) and from
+//! in all, every byte verified, in each of two shapes ([`Shape`]): 1 MiB requests one after
+//! another (at least one each), and one download of each process's share; from neqo-server (its defaults but `--max-mtu 1452`, as `neqo_mtu_args` says why) and from
 //! the msquic server in turn. Per stack, C and
 //! server: the server's CPU seconds per GB (its process's user + system time over the bytes
 //! served) and the aggregate Gbit/s; the clients share the cores with the server. For
@@ -20,6 +20,35 @@ const BUILD_QUINN_LOAD: &[&str] = &["-p", "benches", "--bin", "quinn-load"];
 
 /// The request size, as on the curve.
 const REQUEST: u64 = 1 << 20;
+
+/// How each client process takes its share of the bytes: a server's cost per byte depends
+/// on it (a connection's slow start and its requests' ends are paid per request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// [`REQUEST`]s one after another.
+    Requests,
+    /// One download of the whole share.
+    One,
+}
+
+impl Shape {
+    const ALL: [Self; 2] = [Self::Requests, Self::One];
+
+    const fn label(self) -> &'static str {
+        match self {
+            Self::Requests => "1 MiB requests",
+            Self::One => "one download",
+        }
+    }
+
+    /// The request size and the requests for a share of `share` bytes.
+    fn split(self, share: u64) -> (u64, u64) {
+        match self {
+            Self::Requests => (REQUEST, (share / REQUEST).max(1)),
+            Self::One => (share.max(REQUEST), 1),
+        }
+    }
+}
 
 /// The most client processes at once.
 pub(super) const MAX_PROCESSES: u64 = 256;
@@ -115,11 +144,11 @@ const COUNTS: [(&str, &[&str]); 4] = [
     ("packets lost", &["/driver/lost_packets"]),
 ];
 
-/// Runs `c` processes of `stack` against `server`, each fetching `requests` of [`REQUEST`].
+/// Runs `c` processes of `stack` against `server`, each fetching `requests` of `size` bytes.
 fn one_run(
     stack: Stack,
     (server, neqo_args): (Impl, &[String]),
-    (c, requests): (u64, u64),
+    (c, size, requests): (u64, u64, u64),
     (index, run_no): (usize, usize),
     point: &mut Point,
 ) -> Result<(), String> {
@@ -129,8 +158,8 @@ fn one_run(
         Duration::from_secs(20),
     )
     .map_err(|e| format!("server: {e}"))?;
-    let url = format!("https://127.0.0.1:{}/{REQUEST}", srv.addr().port());
-    let total = c * requests * REQUEST;
+    let url = format!("https://127.0.0.1:{}/{size}", srv.addr().port());
+    let total = c * requests * size;
     let limit = Duration::from_secs(120 + total / 12_500_000);
     let jsons: Vec<JsonFile> = (0..c)
         .map(|i| JsonFile::new(index, run_no, &format!("stacks-{i}")))
@@ -175,10 +204,10 @@ fn one_run(
                 .take()
                 .get("bytes_received")
                 .and_then(serde_json::Value::as_u64);
-            if got != Some(requests * REQUEST) {
+            if got != Some(requests * size) {
                 return Err(format!(
                     "quinn client: {got:?} bytes of {}",
-                    requests * REQUEST
+                    requests * size
                 ));
             }
         }
@@ -207,6 +236,9 @@ fn one_run(
     }
     Ok(())
 }
+
+/// A point's place: the client stack, the column (C and shape), the server.
+type Key = (Stack, (u64, Shape), Impl);
 
 fn cell(p: Option<&Point>, f: fn(&Point) -> &Vec<f64>, digits: usize) -> String {
     p.and_then(|p| median(f(p)))
@@ -238,14 +270,18 @@ pub(super) fn stacks(
     }
     let stacks = [Stack::Quinn, Stack::Msquic];
     let servers = [Impl::Neqo, Impl::Msquic];
-    let mut points: Vec<((Stack, u64, Impl), Point)> = Vec::new();
+    let mut points: Vec<(Key, Point)> = Vec::new();
+    let columns: Vec<(u64, Shape)> = processes
+        .iter()
+        .flat_map(|&c| Shape::ALL.map(|shape| (c, shape)))
+        .collect();
     let mut failed = 0;
     for run_no in 0..runs {
-        for &c in processes {
-            let requests = (bytes / c / REQUEST).max(1);
+        for &(c, shape) in &columns {
+            let (size, requests) = shape.split(bytes / c);
             for stack in stacks {
                 for server in servers {
-                    let key = (stack, c, server);
+                    let key = (stack, (c, shape), server);
                     let index = match points.iter().position(|(k, _)| *k == key) {
                         Some(i) => i,
                         None => {
@@ -254,15 +290,16 @@ pub(super) fn stacks(
                         }
                     };
                     eprintln!(
-                        "run {}/{runs}: {c} {} client(s) against {}...",
+                        "run {}/{runs}: {c} {} client(s), {}, against {}...",
                         run_no + 1,
                         stack.name(),
+                        shape.label(),
                         server.name()
                     );
                     if let Err(e) = one_run(
                         stack,
                         (server, neqo_args),
-                        (c, requests),
+                        (c, size, requests),
                         (index, run_no),
                         &mut points[index].1,
                     ) {
@@ -278,11 +315,12 @@ pub(super) fn stacks(
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let find = |k: (Stack, u64, Impl)| points.iter().find(|(key, _)| *key == k).map(|(_, p)| p);
+    let find =
+        |k: (Stack, (u64, Shape), Impl)| points.iter().find(|(key, _)| *key == k).map(|(_, p)| p);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all (at least 1 MiB each, 1 MiB requests) from neqo-server ({}) and the msquic server on 127.0.0.1; {runs} run(s), medians; clients and server share {cores} cores.\n",
+        "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all, in 1 MiB requests (at least one each) or in one download each, from neqo-server ({}) and the msquic server on 127.0.0.1; {runs} run(s), medians; clients and server share {cores} cores.\n",
         match neqo_server_args(neqo_args).join(" ") {
             a if a.is_empty() => "defaults".to_owned(),
             a => format!("defaults but {a}"),
@@ -302,22 +340,22 @@ pub(super) fn stacks(
         ),
     ] {
         let _ = write!(out, "| {title} |");
-        for c in processes {
-            let _ = write!(out, " C = {c} |");
+        for (c, shape) in &columns {
+            let _ = write!(out, " C = {c}, {} |", shape.label());
         }
         let _ = write!(out, "\n|---|");
-        for _ in processes {
+        for _ in &columns {
             let _ = write!(out, "---:|");
         }
         out.push('\n');
         for stack in stacks {
             let _ = write!(out, "| {} |", stack.name());
-            for &c in processes {
+            for &col in &columns {
                 let _ = write!(
                     out,
                     " {} / {} |",
-                    cell(find((stack, c, Impl::Neqo)), f, digits),
-                    cell(find((stack, c, Impl::Msquic)), f, digits)
+                    cell(find((stack, col, Impl::Neqo)), f, digits),
+                    cell(find((stack, col, Impl::Msquic)), f, digits)
                 );
             }
             out.push('\n');
@@ -325,21 +363,21 @@ pub(super) fn stacks(
         out.push('\n');
     }
     let _ = write!(out, "| neqo-server, per GB [thousands] |");
-    for c in processes {
+    for (c, shape) in &columns {
         for stack in stacks {
-            let _ = write!(out, " {}, C = {c} |", stack.name());
+            let _ = write!(out, " {}, C = {c}, {} |", stack.name(), shape.label());
         }
     }
     let _ = write!(out, "\n|---|");
-    for _ in 0..processes.len() * stacks.len() {
+    for _ in 0..columns.len() * stacks.len() {
         let _ = write!(out, "---:|");
     }
     out.push('\n');
     for (i, (what, _)) in COUNTS.iter().enumerate() {
         let _ = write!(out, "| {what} |");
-        for &c in processes {
+        for &col in &columns {
             for stack in stacks {
-                let v = find((stack, c, Impl::Neqo)).and_then(|p| median(&p.counts_k_per_gb[i]));
+                let v = find((stack, col, Impl::Neqo)).and_then(|p| median(&p.counts_k_per_gb[i]));
                 let _ = write!(
                     out,
                     " {} |",
