@@ -93,19 +93,22 @@ impl InitialShed {
         let counts = self
             .counts
             .get_or_insert_with(|| Box::new([[0; WIDTH]; ROWS]));
-        let hasher = &self.hasher;
-        let slots: Vec<[usize; ROWS]> = prefixes::levels(ClientSource::of(source))
-            .map(|p| slots(hasher, p))
-            .collect();
-        let n = slots.len();
-        let keep = slots.iter().enumerate().all(|(level, slots)| {
+        // Each level's counters, top first (at most three levels: no allocation per Initial).
+        let mut levels = [[0; ROWS]; 3];
+        let mut n = 0;
+        for p in prefixes::levels(ClientSource::of(source)) {
+            levels[n] = slots(&self.hasher, p);
+            n += 1;
+        }
+        let levels = &levels[..n];
+        let keep = levels.iter().enumerate().all(|(level, slots)| {
             let limit = LEAF_LIMIT << (n - 1 - level);
             estimate(counts, slots) < limit
         });
         // Only what is kept counts: a flooding address holds its own share of its /24 and
         // no more, leaving the rest to its neighbours.
         if keep {
-            for slots in &slots {
+            for slots in levels {
                 for (row, &i) in counts.iter_mut().zip(slots) {
                     row[i] = row[i].saturating_add(1);
                 }
