@@ -12,7 +12,7 @@ use crate::pattern;
 /// fed in from elsewhere (a file read off the driver thread), then FIN.
 #[derive(Debug)]
 pub struct Source {
-    /// Sent first (a request line, a perf length header).
+    /// Sent first (a request line, a perf length header, an HTTP/3 response's framing).
     prefix: Option<Bytes>,
     body: Body,
     /// Bytes handed to the stream so far.
@@ -61,11 +61,11 @@ impl Source {
         }
     }
 
-    /// A body whose chunks come through [`feed`](Self::feed).
+    /// `prefix`, then a body whose chunks come through [`feed`](Self::feed).
     #[must_use]
-    pub const fn fed() -> Self {
+    pub const fn fed(prefix: Option<Bytes>) -> Self {
         Self {
-            prefix: None,
+            prefix,
             body: Body::Fed {
                 pending: None,
                 last: false,

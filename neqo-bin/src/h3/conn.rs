@@ -132,12 +132,6 @@ impl Engine {
         self.mailbox.borrow().accept_waiters()
     }
 
-    /// The most streams left unread at once for want of room.
-    #[cfg(test)]
-    pub(crate) fn peak_starved(&self) -> usize {
-        self.mailbox.borrow().peak_starved()
-    }
-
     /// Whether the connection has ended (lost, or closed by `h3`).
     #[must_use]
     pub fn ended(&self) -> bool {

@@ -150,12 +150,6 @@ impl Mailbox {
         self.accept_waiters.len()
     }
 
-    /// The most streams left unread at once for want of room.
-    #[cfg(test)]
-    pub(crate) const fn peak_starved(&self) -> usize {
-        self.holding.peak_starved
-    }
-
     /// Caps [`Mailbox::held`]: at `bytes`, no stream is read until `h3` takes some. A peer
     /// that leaves more unfinished frames than this on its streams stalls its own connection.
     /// A cap raised leaves room: the streams left unread are read again.

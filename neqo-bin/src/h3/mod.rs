@@ -3,7 +3,8 @@
 //! that carries what they ask to the driver's quinn-proto connection, reading each stream
 //! through a [`guard`] that keeps `h3` to frames of a bounded size; [`tasks`] runs `h3`'s
 //! futures on the driver's thread; [`conn`] puts the three together per connection, and
-//! [`connections`] keeps an application's.
+//! [`connections`] keeps an application's. `neqo-client` speaks HTTP/3 through it; the
+//! server reads and writes HTTP/3 itself (`server::http3`), with no task per request.
 
 pub mod conn;
 pub mod connections;

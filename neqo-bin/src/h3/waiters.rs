@@ -1,8 +1,7 @@
-//! The tasks waiting for one thing (a stream to accept, a shutdown), each at most once: a
+//! The tasks waiting for one thing (a stream to accept), each at most once: a
 //! waiter polled again replaces its waker in its own slot rather than adding one, and its
 //! slot is freed when it is dropped. A list that gained a waker at every `Pending` grew with
-//! every poll for as long as the thing did not happen: for a connection's life, or the
-//! server's.
+//! every poll for as long as the thing did not happen: for a connection's life.
 
 use std::task::Waker;
 
@@ -10,14 +9,6 @@ use std::task::Waker;
 /// [`Waiters::leave`] must be given it back when the waiter is dropped.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Slot(Option<usize>);
-
-impl Slot {
-    /// A waiter's place before its first wait.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self(None)
-    }
-}
 
 /// Wakers of the tasks waiting for one thing, one per waiter.
 #[derive(Debug, Default)]

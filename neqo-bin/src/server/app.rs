@@ -79,17 +79,13 @@ impl ServerApp {
         let Some(window) = self.windows.confirmed(ch) else {
             return;
         };
-        if self.http3.serves(ch) {
-            self.http3.widen(ch, conn, window);
-        } else {
-            conn.set_receive_window(VarInt::from_u64(window).unwrap_or(VarInt::MAX));
-        }
+        conn.set_receive_window(VarInt::from_u64(window).unwrap_or(VarInt::MAX));
     }
 }
 
 #[cfg(test)]
 impl ServerApp {
-    /// The most bytes one HTTP/3 connection held for `h3` at once.
+    /// The most bytes one HTTP/3 connection held for frames not yet whole at once.
     pub(super) fn h3_peak_held(&self) -> usize {
         self.http3.peak_held()
     }
@@ -221,15 +217,12 @@ impl Application for ServerApp {
                 });
             }
         }
-        let http3_pending = self.http3.poll(driver, now);
+        self.http3.poll(driver, now);
         self.http3.report(&mut self.report);
         self.report.admission = self.gate.counters();
         self.report.receive_budget = self.config.budget.bytes;
         self.report.receive_windows = self.windows.granted_bytes();
         let mut expiry = self.gate.next_expiry(now);
-        if http3_pending {
-            expiry = Some(now);
-        }
         if let Some((board, next)) = &mut self.board {
             if now >= *next {
                 let mut r = self.report.clone();
@@ -267,8 +260,8 @@ impl Application for ServerApp {
 
     /// HTTP/3 connections send GOAWAY and finish the requests they accepted; `hq-interop`
     /// and `perf` have no way to say the server is going, and are closed with the rest.
-    fn shutdown(&mut self, _driver: &mut Driver, _now: Instant) -> bool {
-        self.http3.shut_down()
+    fn shutdown(&mut self, driver: &mut Driver, now: Instant) -> bool {
+        self.http3.shut_down(driver, now)
     }
 
     fn settled(&self) -> bool {
@@ -277,7 +270,7 @@ impl Application for ServerApp {
 
     fn close_reason(&self, ch: ConnectionHandle) -> (VarInt, &'static [u8]) {
         let code = if self.http3.serves(ch) {
-            h3::error::Code::H3_NO_ERROR.value()
+            super::http3::NO_ERROR
         } else {
             0
         };

@@ -40,9 +40,10 @@
 //! allocation of its own size, so those rules count real memory. A connection's worst case
 //! is therefore about two and a half times its window, plus 32 KiB for each of its up to
 //! [`MAX_CONCURRENT_STREAMS`](crate::tls::MAX_CONCURRENT_STREAMS) streams, plus quinn-proto's
-//! bounded crypto buffers. An HTTP/3 connection's window is split in two: quinn-proto gets
-//! half, and what the `h3` mailbox reads ahead and `h3` holds of unfinished frames may take
-//! the other half (`http3::Http3::start`). DATAGRAM frames, which quinn-proto would buffer outside any
+//! bounded crypto buffers. The protocols on top hold little beside: an `hq-interop` request
+//! line or an HTTP/3 header section of at most 8 KiB per stream while it arrives (the rest of
+//! an HTTP/3 stream's frames are streamed or skipped, `http3`). DATAGRAM frames, which
+//! quinn-proto would buffer outside any
 //! window, are refused: no protocol here uses them (`tls/transport.rs`).
 
 use quinn_proto::ConnectionHandle;

@@ -241,7 +241,7 @@ impl Requests {
             Request::Hq(buf) => match hq::parse_request(buf) {
                 Ok(Target::Generated(n)) => Ok(n),
                 Ok(Target::File(path)) => {
-                    st.source = Some(Source::fed());
+                    st.source = Some(Source::fed(None));
                     st.file = Some(FileState {
                         file: None,
                         remaining: 0,

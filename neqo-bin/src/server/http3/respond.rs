@@ -1,22 +1,22 @@
-//! One HTTP/3 request answered: `GET` or `HEAD` of `/N` or of a file under the root, the
-//! status, `content-length`, `content-type`, and the body, a chunk at a time; a `POST`'s
-//! body read and counted, answered with its length.
+//! What answers a request: `GET` or `HEAD` of `/N` or of a file under the root, with the
+//! status, `content-length` and `content-type`; a `POST`'s body counted and answered with its
+//! length; an error status alone. A response is its HEADERS frame and one DATA frame header
+//! (the length is known before the first byte), then the body as the stream takes it, so the
+//! body goes out as an `hq-interop` one does.
 
 use std::{fs::File, path::Path};
 
-use bytes::{Buf as _, Bytes};
-use h3::server::RequestStream;
-use http::{
-    HeaderValue, Method, Request, Response, StatusCode,
-    header::{CONTENT_LENGTH, CONTENT_TYPE},
-};
+use bytes::Bytes;
+use quinn_proto::{ConnectionHandle, StreamId};
 
-use super::Counters;
+use super::{
+    frames::{kind, put_frame_header},
+    qpack,
+    request::{Head, Method},
+};
 use crate::{
-    disk::{self, Root},
-    h3::streams::BidiStream,
+    disk::{self, FileChunk, Root},
     hq::{self, Target},
-    pattern,
 };
 
 /// The media type of a file, by its name's extension.
@@ -39,182 +39,146 @@ fn content_type(path: &str) -> &'static str {
     }
 }
 
-pub(super) type Stream = RequestStream<BidiStream, Bytes>;
+/// The media type of generated bodies.
+pub(super) const GENERATED: &str = "application/octet-stream";
 
-async fn status_only(
-    stream: &mut Stream,
-    status: StatusCode,
-    counters: &Counters,
-) -> Result<bool, Failed> {
-    counters.borrow_mut().error_statuses += 1;
-    let response = Response::builder()
-        .status(status)
-        .header("content-length", 0)
-        .body(())
-        .unwrap_or_default();
-    stream.send_response(response).await?;
-    stream.finish().await?;
-    Ok(false)
-}
-
-/// Where a 200's body comes from.
-enum Body {
-    /// `/N`: the pattern.
-    Generated,
-    /// A file: its first chunk (read with the open), and the file for the rest, if any.
-    File(Option<Bytes>, Option<File>),
-}
-
-/// Why a file could not be answered 200.
-enum OpenFailed {
-    Open(hq::Error),
-    Read,
-}
-
-/// Opens the file at `path` under `root` and, unless only its head is wanted, reads its first
-/// chunk: one job on the blocking pool for both. Blocking.
-fn open_and_read(
-    root: Option<&Path>,
-    path: &str,
-    head: bool,
-) -> Result<(u64, Option<Bytes>, Option<File>), OpenFailed> {
-    let (file, len) = hq::open(root, path).map_err(OpenFailed::Open)?;
-    if head {
-        return Ok((len, None, None));
+/// A response's start: its HEADERS frame and, when it has a body, the DATA frame header that
+/// announces all of it.
+pub(super) fn start(status: u16, len: u64, media: Option<&str>, with_body: bool) -> Bytes {
+    let mut section = Vec::with_capacity(64);
+    qpack::put_response(status, len, media, &mut section);
+    let mut out = Vec::with_capacity(section.len() + 16);
+    put_frame_header(kind::HEADERS, section.len() as u64, &mut out);
+    out.extend_from_slice(&section);
+    if with_body && len > 0 {
+        put_frame_header(kind::DATA, len, &mut out);
     }
-    let chunk = disk::read_chunk(file, len).map_err(|_| OpenFailed::Read)?;
-    Ok((len, Some(chunk.data), chunk.file))
+    Bytes::from(out)
 }
 
-/// Answers `request`; `Ok(true)` for a whole 200 response, `Ok(false)` for an error status.
-pub(super) async fn respond(
-    request: &Request<()>,
-    stream: &mut Stream,
-    root: Option<&Root>,
-    counters: &Counters,
-) -> Result<bool, Failed> {
-    let head = match *request.method() {
-        Method::GET => false,
-        Method::HEAD => true,
-        Method::POST => return upload(stream, counters).await,
-        _ => return status_only(stream, StatusCode::METHOD_NOT_ALLOWED, counters).await,
+/// How a request is answered.
+#[derive(Debug)]
+pub(super) enum Plan {
+    /// An error status and no body.
+    Status(u16),
+    /// `/N`: N pattern bytes (only the head for `HEAD`).
+    Generated { len: u64, head: bool },
+    /// A small file read at once on the driver thread.
+    Read {
+        data: Bytes,
+        media: &'static str,
+        head: bool,
+    },
+    /// A file to open off the driver thread.
+    Open {
+        path: String,
+        media: &'static str,
+        head: bool,
+    },
+    /// A `POST`: answered with its body's length once it has all arrived.
+    Upload,
+}
+
+/// How to answer `head`, under `root` if any.
+pub(super) fn plan(head: &Head, root: Option<&Root>) -> Plan {
+    let is_head = match head.method {
+        Method::Get => false,
+        Method::Head => true,
+        Method::Post => return Plan::Upload,
+        Method::Other => return Plan::Status(405),
     };
-    let path = request.uri().path().to_owned();
-    let target = match hq::target(&path) {
-        Ok(t) => t,
-        Err(_) => return status_only(stream, StatusCode::BAD_REQUEST, counters).await,
-    };
-    let (len, media, mut body) = match target {
-        Target::Generated(n) => (n, "application/octet-stream", Body::Generated),
-        Target::File(_) => {
+    match hq::target(&head.path) {
+        Err(_) => Plan::Status(400),
+        Ok(Target::Generated(len)) => Plan::Generated { len, head: is_head },
+        Ok(Target::File(path)) => {
+            let Some(root) = root else {
+                return Plan::Status(404);
+            };
+            let media = content_type(path);
             // Small and cached: read here, no hand-off.
-            let at_once = root.and_then(|r| r.read_at_once(hq::relative_path(&path).ok()?));
-            if let Some(data) = at_once {
-                let len = data.len() as u64;
-                (len, content_type(&path), Body::File(Some(data), None))
-            } else {
-                let (root, opened) = (root.map(|r| r.path().to_path_buf()), path.clone());
-                let open = tokio::task::spawn_blocking(move || {
-                    open_and_read(root.as_deref(), &opened, head)
-                });
-                match open.await {
-                    Ok(Ok((len, first, file))) => {
-                        (len, content_type(&path), Body::File(first, file))
-                    }
-                    Ok(Err(OpenFailed::Open(hq::Error::Io(e))))
-                        if e.kind() == std::io::ErrorKind::NotFound =>
-                    {
-                        return status_only(stream, StatusCode::NOT_FOUND, counters).await;
-                    }
-                    Ok(Err(OpenFailed::Open(hq::Error::Io(_)) | OpenFailed::Read)) | Err(_) => {
-                        return status_only(stream, StatusCode::INTERNAL_SERVER_ERROR, counters)
-                            .await;
-                    }
-                    // A path that breaks the naming rules, leaves the root, or is no file: as
-                    // if it were not there.
-                    Ok(Err(OpenFailed::Open(_))) => {
-                        return status_only(stream, StatusCode::NOT_FOUND, counters).await;
-                    }
-                }
+            match hq::relative_path(path)
+                .ok()
+                .and_then(|rel| root.read_at_once(rel))
+            {
+                Some(data) => Plan::Read {
+                    data,
+                    media,
+                    head: is_head,
+                },
+                None => Plan::Open {
+                    path: path.to_owned(),
+                    media,
+                    head: is_head,
+                },
             }
         }
-    };
-    let response = Response::builder()
-        .status(StatusCode::OK)
-        .header(CONTENT_LENGTH, len)
-        .header(CONTENT_TYPE, HeaderValue::from_static(media))
-        .body(())
-        .unwrap_or_default();
-    stream.send_response(response).await?;
-    if head {
-        stream.finish().await?;
-        return Ok(true);
     }
-    let mut sent = 0u64;
-    while sent < len {
-        let chunk = match &mut body {
-            Body::Generated => pattern::chunk(sent, len - sent),
-            Body::File(first @ Some(_), _) => first.take().unwrap_or_default(),
-            Body::File(None, rest) => {
-                let (f, remaining) = (rest.take(), len - sent);
-                let read = tokio::task::spawn_blocking(move || {
-                    f.map_or_else(
-                        || Err(std::io::Error::other("no file left to read")),
-                        |f| disk::read_chunk(f, remaining),
-                    )
-                });
-                match read.await {
-                    Ok(Ok(c)) => {
-                        *rest = c.file;
-                        c.data
-                    }
-                    // The body cannot be sent whole: a reset, so that no truncated body
-                    // passes for complete.
-                    _ => return Err(Failed::File),
-                }
-            }
-        };
-        sent += chunk.len() as u64;
-        counters.borrow_mut().body_bytes += chunk.len() as u64;
-        stream.send_data(chunk).await?;
-    }
-    stream.finish().await?;
-    Ok(true)
 }
 
-/// A `POST`: its body read (whatever the path) and counted, answered with its length in
-/// decimal, so that the client knows every byte arrived (as `perf` answers an upload).
-async fn upload(stream: &mut Stream, counters: &Counters) -> Result<bool, Failed> {
-    let mut n = 0u64;
-    while let Some(chunk) = stream.recv_data().await? {
-        n += chunk.remaining() as u64;
-    }
-    counters.borrow_mut().uploaded_bytes += n;
-    let body = Bytes::from(n.to_string());
-    let response = Response::builder()
-        .status(StatusCode::OK)
-        .header("content-length", body.len())
-        .header("content-type", "text/plain; charset=utf-8")
-        .body(())
-        .unwrap_or_default();
-    stream.send_response(response).await?;
-    counters.borrow_mut().body_bytes += body.len() as u64;
-    stream.send_data(body).await?;
-    stream.finish().await?;
-    Ok(true)
-}
-
-/// Why a response was not sent whole.
+/// What a file job found.
 #[derive(Debug)]
-pub(super) enum Failed {
-    /// The stream or the connection failed (the client cancelled, the connection closed).
-    Stream,
-    /// The file could not be read to its end.
-    File,
+pub(super) enum Got {
+    /// The file is open: its length, and its first chunk unless only the head is wanted.
+    Opened { len: u64, first: Option<FileChunk> },
+    /// The next chunk.
+    Chunk(FileChunk),
+    /// It is not there, or breaks the naming rules, or leaves the root, or is no file.
+    NotFound,
+    /// It could not be read.
+    Failed(String),
 }
 
-impl From<h3::error::StreamError> for Failed {
-    fn from(_: h3::error::StreamError) -> Self {
-        Self::Stream
+/// A file job's result for one request.
+#[derive(Debug)]
+pub(super) struct FileDone {
+    pub(super) ch: ConnectionHandle,
+    pub(super) id: StreamId,
+    /// Tells this request from a later one with the same handle and stream ID.
+    pub(super) token: u64,
+    pub(super) got: Got,
+}
+
+/// Opens `path` under `root` and, unless `head`, reads its first chunk. Blocking.
+pub(super) fn open(root: &Path, path: &str, head: bool) -> Got {
+    let (file, len) = match hq::open(Some(root), path) {
+        Ok(opened) => opened,
+        Err(hq::Error::Io(e)) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Got::Failed(format!("opening {path:?}: {e}"));
+        }
+        Err(_) => return Got::NotFound,
+    };
+    if head {
+        return Got::Opened { len, first: None };
+    }
+    match disk::read_chunk(file, len) {
+        Ok(chunk) => Got::Opened {
+            len,
+            first: Some(chunk),
+        },
+        Err(e) => Got::Failed(format!("reading {path:?}: {e}")),
+    }
+}
+
+/// Reads the next chunk of `file`, `remaining` bytes from its end. Blocking.
+pub(super) fn next_chunk(file: File, remaining: u64) -> Got {
+    disk::read_chunk(file, remaining).map_or_else(|e| Got::Failed(e.to_string()), Got::Chunk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_start_is_a_headers_frame_then_a_data_header() {
+        let s = start(200, 70_000, Some(GENERATED), true);
+        assert_eq!(s[0], kind::HEADERS as u8);
+        let section_len = usize::from(s[1]);
+        let data = &s[2 + section_len..];
+        // DATA, 70 000 as a 4-byte varint.
+        assert_eq!(data, &[0x00, 0x80, 0x01, 0x11, 0x70]);
+        let s = start(404, 0, None, true);
+        assert_eq!(usize::from(s[1]) + 2, s.len(), "no DATA for no body");
+        let s = start(200, 5, None, false);
+        assert_eq!(usize::from(s[1]) + 2, s.len(), "no DATA for HEAD");
     }
 }

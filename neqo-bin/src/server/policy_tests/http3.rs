@@ -112,6 +112,18 @@ fn exchange_with(
         );
     }
     assert!(ended, "the client ended");
+    // The server takes in what the client sent last (cancellations, its close) until the
+    // connection is gone and its report is brought up to date.
+    for _ in 0..TURNS {
+        let s = net.turn(&mut server, &mut app).unwrap();
+        if server.open_connections() == 0 {
+            net.turn(&mut server, &mut app).unwrap();
+            break;
+        }
+        if !net.advance(&[s.deadline], server.queued_datagrams() > 0) {
+            break;
+        }
+    }
     (app.report, c)
 }
 

@@ -103,7 +103,11 @@ fn an_oversized_header_section_is_refused_and_the_connection_goes_on() {
         &[0, 0, 0x5F, 0x09],
         "a :status literal: {got:?}"
     );
-    assert_eq!(b.app.report.http3.cancelled, 1, "{:?}", b.app.report.http3);
+    assert_eq!(
+        b.app.report.http3.error_statuses, 1,
+        "{:?}",
+        b.app.report.http3
+    );
     assert!(raw.answered(1, &pattern_body(7)), "{:?}", raw.received);
     b.still_serving();
 }

@@ -3,9 +3,9 @@
 
 use super::*;
 
-/// A HEADERS frame that announces a gigabyte: `h3` would read it whole before looking. The
-/// guard refuses it at its length: that request's stream ends with H3_EXCESSIVE_LOAD (both
-/// ways), the one beside it is answered, and the connection goes on.
+/// A HEADERS frame that announces a gigabyte is refused at its length: that request's stream
+/// ends with H3_EXCESSIVE_LOAD (both ways), the one beside it is answered, and the connection
+/// goes on.
 #[test]
 fn a_frame_over_the_size_limit_ends_its_stream_at_once() {
     let mut b = Bench::new();
@@ -32,7 +32,7 @@ fn a_frame_over_the_size_limit_ends_its_stream_at_once() {
     b.still_serving();
 }
 
-/// The same on the control stream, which `h3` reads for the connection's life: a reserved
+/// The same on the control stream, which is read for the connection's life: a reserved
 /// frame type announcing a megabyte closes the connection with H3_EXCESSIVE_LOAD.
 #[test]
 fn a_control_frame_over_the_size_limit_closes_the_connection() {
@@ -49,12 +49,12 @@ fn a_control_frame_over_the_size_limit_closes_the_connection() {
     b.still_serving();
 }
 
-/// Request bodies, which the server does not read: the mailbox reads them ahead of `h3`
-/// (up to `RECV_HELD` each) while the responses go out (slowly: the client's stream window
-/// is 8 KiB), but with the smallest window it holds at most half of it for the connection
-/// (the other half is quinn-proto's), and the requests are still answered.
+/// Request bodies the server does not need are read past as they arrive, DATA frame by DATA
+/// frame, never held, while the responses go out (slowly: the client's stream window is
+/// 8 KiB); with the smallest window every request is answered. With the `h3` crate (until
+/// this server read HTTP/3 itself) the bodies were held, up to half the window.
 #[test]
-fn what_a_connection_holds_for_h3_stays_within_half_its_window() {
+fn request_bodies_the_server_does_not_need_are_not_held() {
     let mut b = Bench::with(super::super::minimal_budget());
     let raw = b.raw_with(test_client::config_with_stream_window(8 * 1024), |conn| {
         write(conn, Dir::Uni, &control(), false);
@@ -71,14 +71,6 @@ fn what_a_connection_holds_for_h3_stays_within_half_its_window() {
         assert!(raw.answered(i, &pattern_body(200_000 + i as u64)), "{i}");
     }
     let held = b.app.h3_peak_held();
-    let limit = usize::try_from(MIN_WINDOW / 2).unwrap();
-    // Without the limit all four bodies (48 KB) are read at once.
-    assert!(
-        (20_000..=limit).contains(&held),
-        "held {held} B, limit {limit}"
-    );
-    // Each stream left unread for want of room is listed once, however often it was tried.
-    let kept = b.app.h3_kept();
-    assert!((1..=4).contains(&kept.peak_starved), "{kept:?}");
+    assert!(held < 100, "held {held} B");
     b.still_serving();
 }

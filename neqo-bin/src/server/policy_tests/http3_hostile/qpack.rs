@@ -49,9 +49,9 @@ fn setting_the_capacity_to_zero_is_taken_and_costs_nothing_held() {
     });
     assert_eq!(raw.lost, None);
     assert!(raw.answered(0, &pattern_body(5)), "{:?}", raw.received);
-    // The request and the streams' types, not the 50 KB of instructions.
+    // Nothing of the 50 KB of instructions.
     let held = b.app.h3_peak_held();
-    assert!((1..1000).contains(&held), "held {held} B");
+    assert!(held < 100, "held {held} B");
     b.still_serving();
 }
 

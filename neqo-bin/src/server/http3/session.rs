@@ -1,0 +1,504 @@
+//! One HTTP/3 connection: its control streams ([`control`](super::control)), its requests as
+//! they arrive ([`request`](super::request)) and their responses, and its GOAWAY.
+//!
+//! A request's entry lives from its stream's opening until its response is acknowledged (or
+//! the stream is cancelled), so that a shutdown can wait for the responses under way; a
+//! request body the response does not need is then refused with `STOP_SENDING`
+//! (`H3_NO_ERROR`, RFC 9114 section 4.1).
+
+use std::{fs::File, sync::Arc, time::Instant};
+
+use bytes::Bytes;
+use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Side, StreamEvent, StreamId, VarInt};
+
+use super::{
+    Http3Counters,
+    control::{Outgoing, Peer, goaway},
+    frames::{Violation, code},
+    qpack::Decoder,
+    request::{Arrived, Incoming},
+    respond::{self, FileDone, GENERATED, Got, Plan},
+};
+use crate::{
+    body::{self, Pumped, Source, StreamClosed},
+    disk::{FileChunk, Jobs, Root},
+    idmap::IdMap,
+};
+
+/// What a worker's connections share.
+pub(super) struct Shared<'a> {
+    pub(super) ch: ConnectionHandle,
+    pub(super) root: Option<&'a Arc<Root>>,
+    pub(super) files: &'a Jobs<FileDone>,
+    pub(super) counters: &'a mut Http3Counters,
+    pub(super) next_token: &'a mut u64,
+}
+
+/// A response's progress.
+#[derive(Debug)]
+enum Response {
+    /// Not begun: the head has not arrived, or a `POST` body is still arriving.
+    None,
+    /// Waiting for a file job to open the file.
+    Opening { media: &'static str, head: bool },
+    /// Being written.
+    Sending {
+        source: Source,
+        /// The HEADERS and DATA frame headers, written first.
+        framing: u64,
+        /// A 200, counted in `responses` once whole (error statuses are counted at their
+        /// start).
+        ok: bool,
+        /// The file the body is read from, while a read is not in flight.
+        file: Option<File>,
+        /// Its bytes not yet read.
+        remaining: u64,
+    },
+    /// All handed to the stream: waiting for the client's acknowledgment.
+    Sent,
+}
+
+#[derive(Debug)]
+struct Request {
+    token: u64,
+    incoming: Incoming,
+    response: Response,
+}
+
+/// One connection's HTTP/3 state.
+#[derive(Debug, Default)]
+pub(super) struct Session {
+    control: Outgoing,
+    peer: Peer,
+    requests: IdMap<StreamId, Request>,
+    decoder: Decoder,
+    /// The lowest request stream ID not yet opened.
+    next_request: u64,
+    /// Once the GOAWAY is sent: the first request ID not processed.
+    goaway: Option<u64>,
+    /// Once a violation closed the connection: events are ignored.
+    closed: bool,
+    #[cfg(test)]
+    peak_held: usize,
+}
+
+impl Session {
+    /// Opens the server's control stream.
+    pub(super) fn start(&mut self, conn: &mut Connection, now: Instant) {
+        let r = self.control.start(conn);
+        self.settle(conn, r, None, now);
+    }
+
+    /// Requests whose response is not yet acknowledged, streams of the client's it keeps.
+    #[cfg(test)]
+    pub(super) fn kept(&self) -> (usize, usize) {
+        (self.requests.len(), self.peer.streams())
+    }
+
+    /// Bytes it holds for frames not yet whole.
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.peer.held()
+            + self
+                .requests
+                .values()
+                .map(|r| r.incoming.held())
+                .sum::<usize>()
+    }
+
+    /// The most it held at once.
+    #[cfg(test)]
+    pub(super) fn peak_held(&self) -> usize {
+        self.peak_held
+    }
+
+    /// Whether it sent its GOAWAY and every request it let in is answered and acknowledged.
+    pub(super) fn settled(&self) -> bool {
+        self.goaway.is_some() && self.control.flushed() && self.requests.is_empty()
+    }
+
+    /// Sends GOAWAY (RFC 9114 section 5.2): the requests opened so far finish, later ones are
+    /// rejected.
+    pub(super) fn go_away(&mut self, conn: &mut Connection, now: Instant) {
+        if self.goaway.is_some() || self.closed {
+            return;
+        }
+        self.goaway = Some(self.next_request);
+        let r = self.control.send(conn, &goaway(self.next_request));
+        self.settle(conn, r, None, now);
+    }
+
+    /// The connection is gone: what it had under way was cancelled.
+    pub(super) fn gone(&mut self, counters: &mut Http3Counters) {
+        let unfinished = self
+            .requests
+            .values()
+            .filter(|r| !matches!(r.response, Response::Sent))
+            .count();
+        counters.cancelled += unfinished as u64;
+        self.requests.clear();
+    }
+
+    /// One of the connection's events.
+    pub(super) fn event(
+        &mut self,
+        conn: &mut Connection,
+        event: &Event,
+        shared: &mut Shared<'_>,
+        now: Instant,
+    ) {
+        if self.closed {
+            return;
+        }
+        let Event::Stream(e) = event else {
+            return;
+        };
+        let (r, stream) = match *e {
+            StreamEvent::Opened { dir } => (self.opened(conn, dir, shared), None),
+            StreamEvent::Readable { id } if id.dir() == Dir::Uni => {
+                (self.peer.read(conn, id), None)
+            }
+            StreamEvent::Readable { id } => (self.read(conn, id, shared), Some(id)),
+            StreamEvent::Writable { id } if self.control.is(id) => (self.control.flush(conn), None),
+            StreamEvent::Writable { id } => (self.pump(conn, id, shared), Some(id)),
+            StreamEvent::Available { dir: Dir::Uni } => (self.control.flush(conn), None),
+            StreamEvent::Finished { id } => {
+                self.acknowledged(conn, id);
+                (Ok(()), None)
+            }
+            StreamEvent::Stopped { id, .. } if self.control.is(id) => (
+                Err(Violation::Connection(
+                    code::CLOSED_CRITICAL_STREAM,
+                    "control stream stopped",
+                )),
+                None,
+            ),
+            StreamEvent::Stopped { id, error_code } => {
+                self.cancelled(conn, id, error_code, shared.counters);
+                (Ok(()), None)
+            }
+            StreamEvent::Available { dir: Dir::Bi } => (Ok(()), None),
+        };
+        self.settle(conn, r, stream.map(|id| (id, &mut *shared.counters)), now);
+        #[cfg(test)]
+        {
+            self.peak_held = self.peak_held.max(self.held());
+        }
+    }
+
+    /// Acts on a violation: the stream's or the connection's end.
+    fn settle(
+        &mut self,
+        conn: &mut Connection,
+        r: Result<(), Violation>,
+        stream: Option<(StreamId, &mut Http3Counters)>,
+        now: Instant,
+    ) {
+        match r {
+            Ok(()) => {}
+            Err(Violation::Stream(c)) => {
+                if let Some((id, counters)) = stream {
+                    tracing::debug!("HTTP/3 stream {id} reset: {c:#x}");
+                    self.cancelled(conn, id, varint(c), counters);
+                }
+            }
+            Err(Violation::Connection(c, why)) => {
+                tracing::debug!("HTTP/3 connection closed: {why} ({c:#x})");
+                self.closed = true;
+                conn.close(now, varint(c), Bytes::from_static(why.as_bytes()));
+            }
+        }
+    }
+
+    /// The client opened streams in `dir`.
+    fn opened(
+        &mut self,
+        conn: &mut Connection,
+        dir: Dir,
+        shared: &mut Shared<'_>,
+    ) -> Result<(), Violation> {
+        while let Some(id) = conn.streams().accept(dir) {
+            if dir == Dir::Uni {
+                self.peer.opened(id);
+                self.peer.read(conn, id)?;
+                continue;
+            }
+            debug_assert_eq!(id.initiator(), Side::Client);
+            self.next_request = self.next_request.max(u64::from(id) + 4);
+            // RFC 9114 section 5.2: past the GOAWAY's ID, not processed, so the client may
+            // retry it elsewhere.
+            if self.goaway.is_some_and(|first| u64::from(id) >= first) {
+                shared.counters.rejected += 1;
+                body::cancel(conn, id, varint(code::REQUEST_REJECTED));
+                continue;
+            }
+            *shared.next_token += 1;
+            let request = Request {
+                token: *shared.next_token,
+                incoming: Incoming::new(),
+                response: Response::None,
+            };
+            self.requests.insert(id, request);
+            match self.read(conn, id, shared) {
+                Err(Violation::Stream(c)) => self.cancelled(conn, id, varint(c), shared.counters),
+                Err(v) => return Err(v),
+                Ok(()) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads request `id`; answers once what it needs has arrived.
+    fn read(
+        &mut self,
+        conn: &mut Connection,
+        id: StreamId,
+        shared: &mut Shared<'_>,
+    ) -> Result<(), Violation> {
+        let Some(req) = self.requests.get_mut(&id) else {
+            return Ok(());
+        };
+        let arrived = req.incoming.read(conn, id, &mut self.decoder)?;
+        let Arrived {
+            head,
+            too_large,
+            fin,
+            reset,
+        } = arrived;
+        if let Some(code) = reset {
+            self.cancelled(conn, id, code, shared.counters);
+            return Ok(());
+        }
+        if !matches!(req.response, Response::None) {
+            return Ok(());
+        }
+        let plan = if too_large {
+            Plan::Status(431)
+        } else if let Some(h) = req.incoming.head.as_ref().filter(|_| head || fin) {
+            match respond::plan(h, shared.root.map(Arc::as_ref)) {
+                Plan::Upload if !fin => return Ok(()),
+                plan => plan,
+            }
+        } else {
+            return Ok(());
+        };
+        self.answer(conn, id, plan, shared)
+    }
+
+    /// Begins the response `plan` names.
+    fn answer(
+        &mut self,
+        conn: &mut Connection,
+        id: StreamId,
+        plan: Plan,
+        shared: &mut Shared<'_>,
+    ) -> Result<(), Violation> {
+        let Some(req) = self.requests.get_mut(&id) else {
+            return Ok(());
+        };
+        req.response = match plan {
+            Plan::Status(status) => sending(status, 0, None, false, Content::Pattern),
+            Plan::Generated { len, head } => {
+                sending(200, len, Some(GENERATED), head, Content::Pattern)
+            }
+            Plan::Read { data, media, head } => {
+                let len = data.len() as u64;
+                sending(200, len, Some(media), head, Content::Bytes(data))
+            }
+            Plan::Upload => {
+                shared.counters.uploaded_bytes += req.incoming.body;
+                let body = Bytes::from(req.incoming.body.to_string());
+                let media = Some("text/plain; charset=utf-8");
+                sending(200, body.len() as u64, media, false, Content::Bytes(body))
+            }
+            Plan::Open { path, media, head } => {
+                let (ch, token) = (shared.ch, req.token);
+                let root = shared.root.map(|r| r.path().to_path_buf());
+                shared.files.spawn(move || FileDone {
+                    ch,
+                    id,
+                    token,
+                    got: root.map_or(Got::NotFound, |r| respond::open(&r, &path, head)),
+                });
+                req.response = Response::Opening { media, head };
+                return Ok(());
+            }
+        };
+        if let Response::Sending { ok: false, .. } = req.response {
+            shared.counters.error_statuses += 1;
+        }
+        self.pump(conn, id, shared)
+    }
+
+    /// A file job for one of its requests finished.
+    pub(super) fn file_done(
+        &mut self,
+        conn: &mut Connection,
+        done: FileDone,
+        shared: &mut Shared<'_>,
+        now: Instant,
+    ) {
+        let FileDone { id, token, got, .. } = done;
+        let Some(req) = self.requests.get_mut(&id).filter(|r| r.token == token) else {
+            return;
+        };
+        let r = match (got, &mut req.response) {
+            (Got::Opened { len, first }, Response::Opening { media, head }) => {
+                let content = first.map_or(Content::Pattern, Content::File);
+                req.response = sending(200, len, Some(*media), *head, content);
+                self.pump(conn, id, shared)
+            }
+            (Got::NotFound, Response::Opening { .. }) => {
+                self.answer(conn, id, Plan::Status(404), shared)
+            }
+            (Got::Failed(why), Response::Opening { .. }) => {
+                tracing::warn!("HTTP/3 request on stream {id}: {why}");
+                self.answer(conn, id, Plan::Status(500), shared)
+            }
+            (
+                Got::Chunk(c),
+                Response::Sending {
+                    source,
+                    file,
+                    remaining,
+                    ..
+                },
+            ) => {
+                source.feed(c.data, c.remaining == 0);
+                (*file, *remaining) = (c.file, c.remaining);
+                self.pump(conn, id, shared)
+            }
+            (Got::Failed(why), Response::Sending { .. }) => {
+                // The body cannot be sent whole: a reset, so that no truncated body passes
+                // for complete.
+                tracing::warn!("HTTP/3 request on stream {id}: {why}");
+                Err(Violation::Stream(code::INTERNAL_ERROR))
+            }
+            _ => Ok(()),
+        };
+        self.settle(conn, r, Some((id, &mut *shared.counters)), now);
+    }
+
+    /// Writes what request `id`'s response has ready.
+    fn pump(
+        &mut self,
+        conn: &mut Connection,
+        id: StreamId,
+        shared: &mut Shared<'_>,
+    ) -> Result<(), Violation> {
+        let Some(req) = self.requests.get_mut(&id) else {
+            return Ok(());
+        };
+        let Response::Sending {
+            source,
+            framing,
+            ok,
+            file,
+            remaining,
+        } = &mut req.response
+        else {
+            return Ok(());
+        };
+        let before = source.written.max(*framing);
+        let result = source.pump(&mut conn.send_stream(id));
+        shared.counters.body_bytes += source.written.max(*framing) - before;
+        match result {
+            Ok(Pumped::Blocked) => {}
+            Ok(Pumped::Starved) => {
+                if let Some(f) = file.take() {
+                    let (ch, token, left) = (shared.ch, req.token, *remaining);
+                    shared.files.spawn(move || FileDone {
+                        ch,
+                        id,
+                        token,
+                        got: respond::next_chunk(f, left),
+                    });
+                }
+            }
+            Ok(Pumped::Finished) => {
+                if *ok {
+                    shared.counters.responses += 1;
+                }
+                req.response = Response::Sent;
+            }
+            Err(StreamClosed) => {
+                shared.counters.cancelled += 1;
+                self.requests.remove(&id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Request `id`'s response is all acknowledged: its entry goes, and the rest of its
+    /// request body, if any, is not wanted.
+    fn acknowledged(&mut self, conn: &mut Connection, id: StreamId) {
+        if self.requests.remove(&id).is_some_and(|r| !r.incoming.ended) {
+            let _ = conn.recv_stream(id).stop(varint(code::NO_ERROR));
+        }
+    }
+
+    /// Request `id` ends without its response: the client cancelled it (with `code`), or it
+    /// broke the rules of its stream.
+    fn cancelled(
+        &mut self,
+        conn: &mut Connection,
+        id: StreamId,
+        code: VarInt,
+        counters: &mut Http3Counters,
+    ) {
+        if self
+            .requests
+            .remove(&id)
+            .is_some_and(|r| !matches!(r.response, Response::Sent))
+        {
+            counters.cancelled += 1;
+        }
+        body::cancel(conn, id, code);
+    }
+}
+
+/// Where a 200's body comes from.
+enum Content {
+    /// `/N`: the pattern.
+    Pattern,
+    /// All of it, here.
+    Bytes(Bytes),
+    /// A file's first chunk, and the file for the rest.
+    File(FileChunk),
+}
+
+/// A response to write: its framing, then `len` bytes of `content`, or only the head.
+fn sending(status: u16, len: u64, media: Option<&str>, head: bool, content: Content) -> Response {
+    let framing = respond::start(status, len, media, !head);
+    let framing_len = framing.len() as u64;
+    let (mut file, mut remaining) = (None, 0);
+    let source = if head || len == 0 {
+        Source::pattern(Some(framing), 0)
+    } else {
+        match content {
+            Content::Pattern => Source::pattern(Some(framing), len),
+            Content::Bytes(b) => {
+                let mut s = Source::fed(Some(framing));
+                s.feed(b, true);
+                s
+            }
+            Content::File(c) => {
+                let mut s = Source::fed(Some(framing));
+                s.feed(c.data, c.remaining == 0);
+                (file, remaining) = (c.file, c.remaining);
+                s
+            }
+        }
+    };
+    Response::Sending {
+        source,
+        framing: framing_len,
+        ok: status == 200,
+        file,
+        remaining,
+    }
+}
+
+fn varint(code: u64) -> VarInt {
+    VarInt::from_u64(code).unwrap_or(VarInt::MAX)
+}
