@@ -132,3 +132,103 @@ fn a_request_that_never_finishes_its_headers_holds_back_only_itself() {
     assert!(raw.answered(1, &pattern_body(9)), "{:?}", raw.received);
     b.still_serving();
 }
+
+/// A field section with an upper-case field name: malformed (RFC 9114 section 4.2), so that
+/// request's stream is reset with H3_MESSAGE_ERROR and the connection goes on.
+#[test]
+fn a_malformed_head_resets_its_stream_with_message_error() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        let mut section = get("/5", 0);
+        // A literal with the literal name "X-A" and value "b".
+        section.extend_from_slice(&[0x23, b'X', b'-', b'A', 0x01, b'b']);
+        vec![
+            write(conn, Dir::Bi, &frame(HEADERS, &section), true),
+            write(conn, Dir::Bi, &frame(HEADERS, &get("/6", 0)), true),
+        ]
+    });
+    assert_eq!(raw.lost, None);
+    assert_eq!(
+        raw.reset.get(&raw.requests[0]),
+        Some(&0x10e),
+        "{:?}",
+        raw.reset
+    );
+    assert!(raw.answered(1, &pattern_body(6)), "{:?}", raw.received);
+    b.still_serving();
+}
+
+/// A request stream that ends before its HEADERS: H3_REQUEST_INCOMPLETE (section 4.1).
+#[test]
+fn a_request_ended_before_its_headers_is_incomplete() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        vec![write(conn, Dir::Bi, &frame(0x21, b"only this"), true)]
+    });
+    assert_eq!(raw.lost, None);
+    assert_eq!(
+        raw.reset.get(&raw.requests[0]),
+        Some(&0x10d),
+        "{:?}",
+        raw.reset
+    );
+    b.still_serving();
+}
+
+/// A body longer than the request's content-length: H3_MESSAGE_ERROR (section 4.1.2).
+#[test]
+fn a_body_past_its_content_length_is_a_message_error() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        let mut section = get("/5", 0);
+        // :method POST (static 20) in place of GET (17), and content-length (4): "3".
+        section[2] = 0xC0 | 20;
+        section.extend_from_slice(&[0x54, 0x01, b'3']);
+        let mut request = frame(HEADERS, &section);
+        request.extend(frame(DATA, b"four"));
+        vec![write(conn, Dir::Bi, &request, true)]
+    });
+    assert_eq!(raw.lost, None);
+    assert_eq!(
+        raw.reset.get(&raw.requests[0]),
+        Some(&0x10e),
+        "{:?}",
+        raw.reset
+    );
+    b.still_serving();
+}
+
+/// Only servers push: a client's push stream closes the connection with
+/// H3_STREAM_CREATION_ERROR (section 6.2.2).
+#[test]
+fn a_push_stream_from_a_client_closes_the_connection() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        write(conn, Dir::Uni, &[0x01, 0x00], false);
+        Vec::new()
+    });
+    closed_with(&raw, 0x103);
+    b.still_serving();
+}
+
+/// A stream of a type the server does not know is not read (section 6.2), whatever it
+/// carries, and a request beside it is answered.
+#[test]
+fn a_stream_of_an_unknown_type_is_left_unread() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        let mut unknown = vec![0x40, 0x21];
+        unknown.extend_from_slice(&[0xFF; 5000]);
+        write(conn, Dir::Uni, &unknown, true);
+        vec![write(conn, Dir::Bi, &frame(HEADERS, &get("/8", 0)), true)]
+    });
+    assert_eq!(raw.lost, None);
+    assert!(raw.answered(0, &pattern_body(8)), "{:?}", raw.received);
+    assert!(b.app.h3_peak_held() < 100, "{}", b.app.h3_peak_held());
+    b.still_serving();
+}
