@@ -18,6 +18,8 @@
 
 mod control;
 mod frames;
+mod head;
+mod peer;
 mod qpack;
 mod request;
 mod respond;
@@ -195,17 +197,22 @@ impl Http3 {
         event: &Event,
         now: Instant,
     ) {
-        let Some(session) = self.sessions.get_mut(&ch) else {
-            return;
-        };
-        let mut shared = Shared {
+        if let Some((session, mut shared)) = self.session(ch) {
+            session.event(conn, event, &mut shared, now);
+        }
+    }
+
+    /// `ch`'s session, and what the worker's sessions share.
+    fn session(&mut self, ch: ConnectionHandle) -> Option<(&mut Session, Shared<'_>)> {
+        let session = self.sessions.get_mut(&ch)?;
+        let shared = Shared {
             ch,
             root: self.root.as_ref(),
             files: &self.files,
             counters: &mut self.counters,
             next_token: &mut self.next_token,
         };
-        session.event(conn, event, &mut shared, now);
+        Some((session, shared))
     }
 
     /// `ch` is lost or drained.
@@ -219,17 +226,9 @@ impl Http3 {
     pub(super) fn poll(&mut self, driver: &mut Driver, now: Instant) {
         while let Some(done) = self.files.take() {
             let ch = done.ch;
-            let Some(session) = self.sessions.get_mut(&ch) else {
-                continue;
-            };
-            let mut shared = Shared {
-                ch,
-                root: self.root.as_ref(),
-                files: &self.files,
-                counters: &mut self.counters,
-                next_token: &mut self.next_token,
-            };
-            driver.update(ch, |conn| session.file_done(conn, done, &mut shared, now));
+            if let Some((session, mut shared)) = self.session(ch) {
+                driver.update(ch, |conn| session.file_done(conn, done, &mut shared, now));
+            }
         }
     }
 

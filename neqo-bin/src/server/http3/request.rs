@@ -1,5 +1,5 @@
 //! A request stream as it arrives (RFC 9114 section 4.1): HEADERS, then DATA, then optional
-//! trailers, unknown frames ignored anywhere; the request head checked as section 4.3 asks.
+//! trailers, unknown frames ignored anywhere.
 
 use std::ops::ControlFlow;
 
@@ -8,158 +8,10 @@ use quinn_proto::{Connection, StreamId, VarInt};
 use super::{
     MAX_FIELD_SECTION,
     frames::{FRAME_LIMIT, FrameReader, Step, Take, Violation, code, kind},
-    qpack::{Decoder, Undecodable},
+    head::{Head, Refused, valid_name, valid_value},
+    qpack::Decoder,
 };
 use crate::body::{self, ReadEnd};
-
-/// The request methods the server tells apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Method {
-    Get,
-    Head,
-    Post,
-    /// Any other, `CONNECT` included: answered 405.
-    Other,
-}
-
-/// A request's head: what the server acts on.
-#[derive(Debug)]
-pub(super) struct Head {
-    pub(super) method: Method,
-    /// `:path` (empty for `CONNECT`).
-    pub(super) path: String,
-    pub(super) content_length: Option<u64>,
-}
-
-/// Why a head was not taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refused {
-    /// QPACK could not decode it: a connection error.
-    Undecodable(&'static str),
-    /// Decoded but malformed (section 4.1.2): the stream is reset with `H3_MESSAGE_ERROR`.
-    Malformed(&'static str),
-    /// Over `SETTINGS_MAX_FIELD_SECTION_SIZE`: answered 431.
-    TooLarge,
-}
-
-impl From<Undecodable> for Refused {
-    fn from(u: Undecodable) -> Self {
-        Self::Undecodable(u.0)
-    }
-}
-
-/// Fields an intermediary would act on, which HTTP/3 forbids (section 4.2).
-const CONNECTION_SPECIFIC: [&[u8]; 5] = [
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"transfer-encoding",
-    b"upgrade",
-];
-
-/// A field name HTTP/3 accepts: a token in lower case (section 4.2, RFC 9110 section 5.1).
-fn valid_name(name: &[u8]) -> bool {
-    !name.is_empty()
-        && name.iter().all(|&c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&c)
-        })
-}
-
-/// A field value HTTP/3 accepts: no NUL, CR or LF, no whitespace at either end.
-fn valid_value(value: &[u8]) -> bool {
-    !value.iter().any(|&c| matches!(c, 0 | b'\r' | b'\n'))
-        && !value.first().is_some_and(|&c| c == b' ' || c == b'\t')
-        && !value.last().is_some_and(|&c| c == b' ' || c == b'\t')
-}
-
-/// Decodes and checks a request's head.
-pub(super) fn head(decoder: &mut Decoder, section: &[u8]) -> Result<Head, Refused> {
-    let (mut method, mut scheme, mut path, mut authority) = (None, None, None, false);
-    let (mut host, mut regular, mut content_length, mut size) = (false, false, None, 0usize);
-    decoder.fields(section, |name, value| {
-        // RFC 9114 section 4.2.2: names and values, and 32 bytes each.
-        size += name.len() + value.len() + 32;
-        if size > MAX_FIELD_SECTION as usize {
-            return Err(Refused::TooLarge);
-        }
-        if !valid_value(value) {
-            return Err(Refused::Malformed("a field value with a forbidden byte"));
-        }
-        if let Some(pseudo) = name.strip_prefix(b":") {
-            if regular {
-                return Err(Refused::Malformed("a pseudo-header after a field"));
-            }
-            let slot = match pseudo {
-                b"method" => &mut method,
-                b"scheme" => &mut scheme,
-                b"path" => &mut path,
-                b"authority" if !authority => {
-                    authority = true;
-                    return Ok(());
-                }
-                b"authority" => return Err(Refused::Malformed("a second :authority")),
-                _ => return Err(Refused::Malformed("a pseudo-header requests do not have")),
-            };
-            if slot.replace(value.to_vec()).is_some() {
-                return Err(Refused::Malformed("a pseudo-header twice"));
-            }
-            return Ok(());
-        }
-        regular = true;
-        if !valid_name(name) {
-            return Err(Refused::Malformed(
-                "a field name that is no lower-case token",
-            ));
-        }
-        if CONNECTION_SPECIFIC.contains(&name) || (name == b"te" && value != b"trailers") {
-            return Err(Refused::Malformed("a connection-specific field"));
-        }
-        if name == b"host" {
-            host = true;
-        } else if name == b"content-length" {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .filter(|v| !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()))
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or(Refused::Malformed("a content-length that is no number"))?;
-            if content_length.replace(n).is_some_and(|was| was != n) {
-                return Err(Refused::Malformed("content-lengths that differ"));
-            }
-        }
-        Ok(())
-    })?;
-    let method = match method.as_deref() {
-        Some(b"GET") => Method::Get,
-        Some(b"HEAD") => Method::Head,
-        Some(b"POST") => Method::Post,
-        Some(b"CONNECT") => {
-            return Ok(Head {
-                method: Method::Other,
-                path: String::new(),
-                content_length,
-            });
-        }
-        Some(m) if valid_name(&m.to_ascii_lowercase()) => Method::Other,
-        _ => return Err(Refused::Malformed("no :method, or one that is no token")),
-    };
-    let (Some(scheme), Some(path)) = (scheme, path) else {
-        return Err(Refused::Malformed("no :scheme or no :path"));
-    };
-    if (scheme == b"https" || scheme == b"http") && !authority && !host {
-        return Err(Refused::Malformed("no :authority and no host"));
-    }
-    let path = String::from_utf8(path)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .ok_or(Refused::Malformed(
-            "an empty :path, or one that is no UTF-8",
-        ))?;
-    Ok(Head {
-        method,
-        path,
-        content_length,
-    })
-}
 
 /// Where a request's frames have got to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,7 +169,7 @@ fn on_step(
             if *phase == Phase::Trailers {
                 return trailers(decoder, payload).map(|()| Take::Skip);
             }
-            match self::head(decoder, payload) {
+            match super::head::head(decoder, payload) {
                 Ok(h) => {
                     *head = Some(h);
                     arrived.head = true;
@@ -359,92 +211,4 @@ fn trailers(decoder: &mut Decoder, section: &[u8]) -> Result<(), Violation> {
             }
             Refused::Malformed(_) | Refused::TooLarge => Violation::Stream(code::MESSAGE_ERROR),
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A section of plain literals with literal names.
-    fn section(fields: &[(&str, &str)]) -> Vec<u8> {
-        let mut s = vec![0, 0];
-        for (n, v) in fields {
-            assert!(n.len() < 7 + 127 && v.len() < 127);
-            if n.len() < 7 {
-                s.push(0x20 | n.len() as u8);
-            } else {
-                s.extend_from_slice(&[0x27, (n.len() - 7) as u8]);
-            }
-            s.extend_from_slice(n.as_bytes());
-            s.push(v.len() as u8);
-            s.extend_from_slice(v.as_bytes());
-        }
-        s
-    }
-
-    fn parse(fields: &[(&str, &str)]) -> Result<Head, Refused> {
-        head(&mut Decoder::default(), &section(fields))
-    }
-
-    const GET: [(&str, &str); 4] = [
-        (":method", "GET"),
-        (":scheme", "https"),
-        (":authority", "localhost"),
-        (":path", "/index.html"),
-    ];
-
-    #[test]
-    fn a_well_formed_head_is_taken() {
-        let h = parse(&GET).unwrap();
-        assert_eq!((h.method, h.path.as_str()), (Method::Get, "/index.html"));
-        let mut post = GET.to_vec();
-        post[0].1 = "POST";
-        post.push(("content-length", "12"));
-        let h = parse(&post).unwrap();
-        assert_eq!((h.method, h.content_length), (Method::Post, Some(12)));
-        assert_eq!(
-            parse(&[(":method", "CONNECT")]).unwrap().method,
-            Method::Other
-        );
-    }
-
-    #[test]
-    fn malformed_heads_are_refused() {
-        let cases: Vec<Vec<(&str, &str)>> = vec![
-            GET[1..].to_vec(),                                       // no :method
-            vec![GET[0], GET[2], GET[3]],                            // no :scheme
-            vec![GET[0], GET[1], GET[2]],                            // no :path
-            vec![GET[0], GET[1], GET[3]],                            // no authority, no host
-            [&GET[..], &[GET[0]]].concat(),                          // :method twice
-            vec![GET[0], ("accept", "*/*"), GET[1], GET[2], GET[3]], // pseudo after field
-            [&GET[..], &[(":status", "200")]].concat(),              // a response's pseudo-header
-            [&GET[..], &[("Accept", "x")]].concat(),                 // upper case
-            [&GET[..], &[("upgrade", "h2c")]].concat(),              // connection-specific
-            [&GET[..], &[("te", "gzip")]].concat(),                  // te other than trailers
-            [&GET[..], &[("x", "a\nb")]].concat(),                   // a newline in a value
-            [&GET[..], &[("content-length", "1x")]].concat(),
-        ];
-        for fields in cases {
-            assert!(
-                matches!(parse(&fields), Err(Refused::Malformed(_))),
-                "{fields:?}"
-            );
-        }
-        let mut host = vec![GET[0], GET[1], GET[3]];
-        host.push(("host", "localhost"));
-        assert!(parse(&host).is_ok(), "host in place of :authority");
-    }
-
-    #[test]
-    fn a_head_over_the_field_section_limit_is_too_large() {
-        let long = "a".repeat(100);
-        let mut fields = GET.to_vec();
-        // The four pseudo-headers count 185 bytes, each of these 133.
-        for _ in 0..(MAX_FIELD_SECTION as usize - 185) / 133 {
-            fields.push(("x", &long));
-        }
-        assert!(parse(&fields).is_ok());
-        fields.push(("x", &long));
-        assert_eq!(parse(&fields).unwrap_err(), Refused::TooLarge);
-    }
 }

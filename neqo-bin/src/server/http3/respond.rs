@@ -11,10 +11,11 @@ use quinn_proto::{ConnectionHandle, StreamId};
 
 use super::{
     frames::{kind, put_frame_header},
+    head::{Head, Method},
     qpack,
-    request::{Head, Method},
 };
 use crate::{
+    body::Source,
     disk::{self, FileChunk, Root},
     hq::{self, Target},
 };
@@ -162,6 +163,78 @@ pub(super) fn open(root: &Path, path: &str, head: bool) -> Got {
 /// Reads the next chunk of `file`, `remaining` bytes from its end. Blocking.
 pub(super) fn next_chunk(file: File, remaining: u64) -> Got {
     disk::read_chunk(file, remaining).map_or_else(|e| Got::Failed(e.to_string()), Got::Chunk)
+}
+
+/// A response's progress.
+#[derive(Debug)]
+pub(super) enum Response {
+    /// Not begun: the head has not arrived, or a `POST` body is still arriving.
+    None,
+    /// Waiting for a file job to open the file.
+    Opening { media: &'static str, head: bool },
+    /// Being written.
+    Sending {
+        source: Source,
+        /// The HEADERS and DATA frame headers, written first.
+        framing: u64,
+        /// A 200, counted in `responses` once whole (error statuses are counted at their
+        /// start).
+        ok: bool,
+        /// The file the body is read from, while a read is not in flight.
+        file: Option<File>,
+        /// Its bytes not yet read.
+        remaining: u64,
+    },
+    /// All handed to the stream: waiting for the client's acknowledgment.
+    Sent,
+}
+
+/// Where a 200's body comes from.
+pub(super) enum Content {
+    /// `/N`: the pattern.
+    Pattern,
+    /// All of it, here.
+    Bytes(Bytes),
+    /// A file's first chunk, and the file for the rest.
+    File(FileChunk),
+}
+
+/// A response to write: its framing, then `len` bytes of `content`, or only the head.
+pub(super) fn sending(
+    status: u16,
+    len: u64,
+    media: Option<&str>,
+    head: bool,
+    content: Content,
+) -> Response {
+    let framing = start(status, len, media, !head);
+    let framing_len = framing.len() as u64;
+    let (mut file, mut remaining) = (None, 0);
+    let source = if head || len == 0 {
+        Source::pattern(Some(framing), 0)
+    } else {
+        match content {
+            Content::Pattern => Source::pattern(Some(framing), len),
+            Content::Bytes(b) => {
+                let mut s = Source::fed(Some(framing));
+                s.feed(b, true);
+                s
+            }
+            Content::File(c) => {
+                let mut s = Source::fed(Some(framing));
+                s.feed(c.data, c.remaining == 0);
+                (file, remaining) = (c.file, c.remaining);
+                s
+            }
+        }
+    };
+    Response::Sending {
+        source,
+        framing: framing_len,
+        ok: status == 200,
+        file,
+        remaining,
+    }
 }
 
 #[cfg(test)]

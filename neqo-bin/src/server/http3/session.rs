@@ -1,4 +1,5 @@
-//! One HTTP/3 connection: its control streams ([`control`](super::control)), its requests as
+//! One HTTP/3 connection: its control streams ([`control`](super::control), the client's in
+//! [`peer`](super::peer)), its requests as
 //! they arrive ([`request`](super::request)) and their responses, and its GOAWAY.
 //!
 //! A request's entry lives from its stream's opening until its response is acknowledged (or
@@ -6,22 +7,23 @@
 //! request body the response does not need is then refused with `STOP_SENDING`
 //! (`H3_NO_ERROR`, RFC 9114 section 4.1).
 
-use std::{fs::File, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
 
 use bytes::Bytes;
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Side, StreamEvent, StreamId, VarInt};
 
 use super::{
     Http3Counters,
-    control::{Outgoing, Peer, goaway},
+    control::{Outgoing, goaway},
     frames::{Violation, code},
+    peer::Peer,
     qpack::Decoder,
     request::{Arrived, Incoming},
-    respond::{self, FileDone, GENERATED, Got, Plan},
+    respond::{self, Content, FileDone, GENERATED, Got, Plan, Response, sending},
 };
 use crate::{
-    body::{self, Pumped, Source, StreamClosed},
-    disk::{FileChunk, Jobs, Root},
+    body::{self, Pumped, StreamClosed},
+    disk::{Jobs, Root},
     idmap::IdMap,
 };
 
@@ -34,28 +36,18 @@ pub(super) struct Shared<'a> {
     pub(super) next_token: &'a mut u64,
 }
 
-/// A response's progress.
-#[derive(Debug)]
-enum Response {
-    /// Not begun: the head has not arrived, or a `POST` body is still arriving.
-    None,
-    /// Waiting for a file job to open the file.
-    Opening { media: &'static str, head: bool },
-    /// Being written.
-    Sending {
-        source: Source,
-        /// The HEADERS and DATA frame headers, written first.
-        framing: u64,
-        /// A 200, counted in `responses` once whole (error statuses are counted at their
-        /// start).
-        ok: bool,
-        /// The file the body is read from, while a read is not in flight.
-        file: Option<File>,
-        /// Its bytes not yet read.
-        remaining: u64,
-    },
-    /// All handed to the stream: waiting for the client's acknowledgment.
-    Sent,
+impl Shared<'_> {
+    /// Runs `job` for request `id` (`token`) off the driver thread; its result comes back
+    /// through [`Session::file_done`].
+    fn spawn(&self, id: StreamId, token: u64, job: impl FnOnce() -> Got + Send + 'static) {
+        let ch = self.ch;
+        self.files.spawn(move || FileDone {
+            ch,
+            id,
+            token,
+            got: job(),
+        });
+    }
 }
 
 #[derive(Debug)]
@@ -312,13 +304,9 @@ impl Session {
                 sending(200, body.len() as u64, media, false, Content::Bytes(body))
             }
             Plan::Open { path, media, head } => {
-                let (ch, token) = (shared.ch, req.token);
                 let root = shared.root.map(|r| r.path().to_path_buf());
-                shared.files.spawn(move || FileDone {
-                    ch,
-                    id,
-                    token,
-                    got: root.map_or(Got::NotFound, |r| respond::open(&r, &path, head)),
+                shared.spawn(id, req.token, move || {
+                    root.map_or(Got::NotFound, |r| respond::open(&r, &path, head))
                 });
                 req.response = Response::Opening { media, head };
                 return Ok(());
@@ -406,13 +394,8 @@ impl Session {
             Ok(Pumped::Blocked) => {}
             Ok(Pumped::Starved) => {
                 if let Some(f) = file.take() {
-                    let (ch, token, left) = (shared.ch, req.token, *remaining);
-                    shared.files.spawn(move || FileDone {
-                        ch,
-                        id,
-                        token,
-                        got: respond::next_chunk(f, left),
-                    });
+                    let left = *remaining;
+                    shared.spawn(id, req.token, move || respond::next_chunk(f, left));
                 }
             }
             Ok(Pumped::Finished) => {
@@ -454,48 +437,6 @@ impl Session {
             counters.cancelled += 1;
         }
         body::cancel(conn, id, code);
-    }
-}
-
-/// Where a 200's body comes from.
-enum Content {
-    /// `/N`: the pattern.
-    Pattern,
-    /// All of it, here.
-    Bytes(Bytes),
-    /// A file's first chunk, and the file for the rest.
-    File(FileChunk),
-}
-
-/// A response to write: its framing, then `len` bytes of `content`, or only the head.
-fn sending(status: u16, len: u64, media: Option<&str>, head: bool, content: Content) -> Response {
-    let framing = respond::start(status, len, media, !head);
-    let framing_len = framing.len() as u64;
-    let (mut file, mut remaining) = (None, 0);
-    let source = if head || len == 0 {
-        Source::pattern(Some(framing), 0)
-    } else {
-        match content {
-            Content::Pattern => Source::pattern(Some(framing), len),
-            Content::Bytes(b) => {
-                let mut s = Source::fed(Some(framing));
-                s.feed(b, true);
-                s
-            }
-            Content::File(c) => {
-                let mut s = Source::fed(Some(framing));
-                s.feed(c.data, c.remaining == 0);
-                (file, remaining) = (c.file, c.remaining);
-                s
-            }
-        }
-    };
-    Response::Sending {
-        source,
-        framing: framing_len,
-        ok: status == 200,
-        file,
-        remaining,
     }
 }
 
