@@ -1,6 +1,6 @@
 //! One HTTP/3 connection: its control streams ([`control`](super::control), the client's in
-//! [`peer`](super::peer)), its requests as
-//! they arrive ([`request`](super::request)) and their responses, and its GOAWAY.
+//! [`peer`](super::peer)), its requests as they arrive ([`request`](super::request)) and their
+//! responses, and its GOAWAY.
 //!
 //! A request's entry lives from its stream's opening until its response is acknowledged (or
 //! the stream is cancelled), so that a shutdown can wait for the responses under way; a
