@@ -140,16 +140,34 @@ mod linux {
         Kind::Download
     }
 
-    /// A burst of spoofed Initials and garbage at `server`, from 127.0.0.2 (another source
-    /// than the clients'), on a thread of its own.
-    fn burst(server: SocketAddr, seed: u64) -> std::thread::JoinHandle<anyhow::Result<usize>> {
+    /// A burst at `server` on a thread of its own, from sources other than the clients':
+    /// spoofed Initials and garbage from 127.0.0.2, then an aimed flood from 127.0.1.1 (the
+    /// `aim` bench's attack): the source ports that reach one worker, learned from the
+    /// worker byte of the server's connection IDs, flood it with real Initials as fast as a
+    /// thread sends, for at most `AIMED_FOR` and `AIMED_LIMIT` datagrams, so that the worker
+    /// falls behind its socket and sheds. Returns the datagrams sent.
+    fn burst(server: SocketAddr, seed: u64) -> std::thread::JoinHandle<anyhow::Result<u64>> {
+        const AIMED_FOR: Duration = Duration::from_secs(2);
+        const AIMED_LIMIT: u64 = 500_000;
         std::thread::spawn(move || {
             let spoofed = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
             let initials = benches::attack::initials(2000, server)?;
             benches::attack::send_paced(&initials, server, 4000, 200, spoofed)?;
             let garbage = benches::attack::garbage(2000, &mut StdRng::seed_from_u64(seed));
             benches::attack::send_paced(&garbage, server, 4000, 200, spoofed)?;
-            Ok(initials.len() + garbage.len())
+            let attacker = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 1));
+            // The worker byte follows the connection ID's first byte; two workers.
+            let learned = benches::attack::learn_workers(attacker, server, 32, 1, 2)?;
+            let target = learned.first().map(|l| l.1);
+            let aimed: Vec<_> = learned
+                .into_iter()
+                .filter_map(|(s, w)| (Some(w) == target).then_some(s))
+                .collect();
+            let stop = AtomicBool::new(false);
+            let deadline = Instant::now() + AIMED_FOR;
+            let flood =
+                benches::attack::blast(&initials, &aimed, server, AIMED_LIMIT, &stop, deadline);
+            Ok((initials.len() + garbage.len()) as u64 + flood)
         })
     }
 
@@ -375,10 +393,11 @@ mod linux {
                     .map(|w| format!("{}: {w}", kind.name())),
             );
         }
+        let initials_shed = samples.iter().map(|s| s.initials_shed).max().unwrap_or(0);
         let _ = writeln!(
             out,
-            "\n{requests} requests completed and verified, {bytes} B verified; {} attack datagrams in bursts every {:?} (spoofed Initials and garbage from 127.0.0.2); {hung} jobs hung",
-            attack_datagrams, burst_every
+            "\n{requests} requests completed and verified, {bytes} B verified; {} attack datagrams in bursts every {:?} (spoofed Initials and garbage from 127.0.0.2, an aimed Initial flood from 127.0.1.1), {} Initials shed; {hung} jobs hung",
+            attack_datagrams, burst_every, initials_shed
         );
         for u in unexplained.iter().take(20) {
             let _ = writeln!(out, "unexplained: {u}");

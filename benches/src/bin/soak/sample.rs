@@ -25,6 +25,8 @@ pub struct Sample {
     /// Receive windows granted, all workers.
     pub windows: u64,
     pub kernel_drops: u64,
+    /// Initials shed unread by a worker behind its socket.
+    pub initials_shed: u64,
     pub requests: u64,
     pub rx_datagrams: u64,
     pub rx_syscalls: u64,
@@ -35,11 +37,11 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub const CSV_HEADER: &'static str = "t,phase,rss_kib,cpu_s,fds,threads,open,half_open,windows_bytes,kernel_drops,requests,rx_datagrams,rx_syscalls,tx_datagrams,tx_syscalls";
+    pub const CSV_HEADER: &'static str = "t,phase,rss_kib,cpu_s,fds,threads,open,half_open,windows_bytes,kernel_drops,initials_shed,requests,rx_datagrams,rx_syscalls,tx_datagrams,tx_syscalls";
 
     pub fn csv(&self) -> String {
         format!(
-            "{:.1},{},{},{:.2},{},{},{},{},{},{},{},{},{},{},{}",
+            "{:.1},{},{},{:.2},{},{},{},{},{},{},{},{},{},{},{},{}",
             self.t,
             self.phase,
             self.rss_kib,
@@ -50,6 +52,7 @@ impl Sample {
             self.half_open,
             self.windows,
             self.kernel_drops,
+            self.initials_shed,
             self.requests,
             self.rx_datagrams,
             self.rx_syscalls,
@@ -77,6 +80,7 @@ pub fn take(pid: u32, metrics: SocketAddr, t: f64, phase: &'static str) -> Sampl
         s.half_open = get("neqo_server_connections_half_open");
         s.windows = get("neqo_server_receive_windows_bytes");
         s.kernel_drops = get("neqo_server_kernel_drops_total");
+        s.initials_shed = get("neqo_server_initials_shed_total");
         s.requests = get("neqo_server_requests_total");
         s.rx_datagrams = get("neqo_server_datagrams_total{rx}");
         s.rx_syscalls = get("neqo_server_syscalls_total{rx}");
