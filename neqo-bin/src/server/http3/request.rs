@@ -151,7 +151,12 @@ fn on_step(
             }
             (kind::HEADERS, Phase::Body) => {
                 *phase = Phase::Trailers;
-                Ok(Take::Whole)
+                // Trailers are dropped: over the limit they are not even read.
+                Ok(if len > MAX_FIELD_SECTION {
+                    Take::Skip
+                } else {
+                    Take::Whole
+                })
             }
             (kind::HEADERS, Phase::Trailers) => Err(UNEXPECTED),
             (

@@ -104,9 +104,10 @@ impl Session {
         self.peak_held
     }
 
-    /// Whether it sent its GOAWAY and every request it let in is answered and acknowledged.
+    /// Whether it sent its GOAWAY and every request it let in is answered and acknowledged,
+    /// or it is closed already.
     pub(super) fn settled(&self) -> bool {
-        self.goaway.is_some() && self.control.flushed() && self.requests.is_empty()
+        self.closed || (self.goaway.is_some() && self.control.flushed() && self.requests.is_empty())
     }
 
     /// Sends GOAWAY (RFC 9114 section 5.2): the requests opened so far finish, later ones are

@@ -74,3 +74,26 @@ fn request_bodies_the_server_does_not_need_are_not_held() {
     assert!(held < 100, "held {held} B");
     b.still_serving();
 }
+
+/// Trailers are dropped, and trailers over the field section limit are not even read: a
+/// `POST` with 20 KB of them (without the section prefix: they would not decode, so a
+/// connection still open shows they were never decoded) is answered with its body's length,
+/// and nothing was held.
+#[test]
+fn trailers_over_the_limit_are_read_past() {
+    let mut b = Bench::new();
+    let raw = b.raw(|conn| {
+        write(conn, Dir::Uni, &control(), false);
+        let mut section = get("/", 0);
+        // :method POST (static 20) in place of GET (17).
+        section[2] = 0xC0 | 20;
+        let mut request = frame(HEADERS, &section);
+        request.extend(frame(DATA, &[7; 1000]));
+        request.extend(frame(HEADERS, &get("/", 20_000)[2..]));
+        vec![write(conn, Dir::Bi, &request, true)]
+    });
+    assert_eq!(raw.lost, None);
+    assert!(raw.answered(0, b"1000"), "{:?}", raw.received);
+    assert!(b.app.h3_peak_held() < 100, "{}", b.app.h3_peak_held());
+    b.still_serving();
+}
