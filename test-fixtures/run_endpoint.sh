@@ -79,6 +79,11 @@ case "${ROLE:-}" in
         if [ -n "${REPORTS:-}" ]; then
             args+=(--json "$REPORTS/server.json")
         fi
+        # The runner asks for the secrets (for its captures) by setting SSLKEYLOGFILE; the
+        # server writes them only when told to.
+        if [ -n "${SSLKEYLOGFILE:-}" ]; then
+            args+=(--keylog)
+        fi
         # exec: the runner's (or the harness') SIGTERM reaches the server, which then writes
         # its report.
         exec "$(bin neqo-server)" "${args[@]}" "${common[@]}"

@@ -333,8 +333,9 @@ fn root_files_reach_the_output_dir_byte_exact() {
     assert_eq!(std::fs::read(out.join("300")).unwrap(), generated);
 }
 
+/// The client writes its TLS secrets where `SSLKEYLOGFILE` says.
 #[test]
-fn sslkeylogfile_is_honoured() {
+fn the_client_logs_tls_secrets_to_sslkeylogfile() {
     let server = start_server(&[]);
     let keylog = tmp("keys.log");
     let _ = std::fs::remove_file(&keylog);
@@ -597,4 +598,54 @@ fn edge_settings_still_work() {
     drop(server);
     let qlogs = std::fs::read_dir(&qlog_sub).unwrap().count();
     assert!(qlogs >= 1, "the server wrote its qlog");
+}
+
+/// The server writes TLS secrets only with `--keylog`: `SSLKEYLOGFILE` in its environment
+/// alone writes nothing, with the flag the file gets the handshake's secrets, and the flag
+/// without the variable is refused at start.
+#[cfg(unix)]
+#[test]
+fn the_server_logs_tls_secrets_only_with_keylog() {
+    let log = tmp("server-keys.log");
+    for keylog in [false, true] {
+        let _ = std::fs::remove_file(&log);
+        let mut cmd = Command::new(SERVER);
+        cmd.args(["--listen", "127.0.0.1:0"])
+            .env("SSLKEYLOGFILE", &log);
+        if keylog {
+            cmd.arg("--keylog");
+        }
+        let server = Server::start(&mut cmd, LIMIT).expect("server starts");
+        let out = run(
+            Command::new(CLIENT)
+                .args(["--no-progress", "--idle-timeout", "5", "--insecure"])
+                .arg(url(&server, "/10"))
+                .env_remove("SSLKEYLOGFILE"),
+            LIMIT,
+        )
+        .unwrap();
+        assert!(out.success(), "{}", out.stderr);
+        let _ = terminate(server);
+        let written = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(
+            written.contains("CLIENT_HANDSHAKE_TRAFFIC_SECRET"),
+            keylog,
+            "--keylog {keylog}: {written:?}"
+        );
+    }
+    let refused = run(
+        Command::new(SERVER)
+            .args(["--listen", "127.0.0.1:0", "--keylog"])
+            .env_remove("SSLKEYLOGFILE"),
+        LIMIT,
+    )
+    .unwrap();
+    assert!(!refused.success());
+    assert!(
+        refused
+            .stderr
+            .contains("--keylog: SSLKEYLOGFILE is not set"),
+        "{}",
+        refused.stderr
+    );
 }

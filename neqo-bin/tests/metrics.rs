@@ -145,3 +145,74 @@ fn an_address_the_endpoint_cannot_listen_on_refuses_the_start() {
     let msg = format!("{err:#}");
     assert!(msg.starts_with("--metrics 127.0.0.1:"), "{msg}");
 }
+
+/// Slow clients (slowloris: a request head a byte at a time, reconnecting when cut off), more
+/// of them than the endpoint serves at once: scrapes are still answered (they wait their
+/// turn in the accept queue while the slow heads run out of time), and the server stops with
+/// the slow clients still connected.
+#[test]
+fn slow_clients_block_neither_a_scrape_nor_the_exit() {
+    use std::{
+        io::Write as _,
+        net::TcpStream,
+        sync::{
+            Arc,
+            atomic::{AtomicBool, Ordering},
+        },
+    };
+    const SLOW: usize = 40;
+    let server = ServerHandle::start(ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        ..ServerConfig::default()
+    })
+    .expect("server starts");
+    let metrics = server.metrics_addr().expect("the endpoint");
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow: Vec<_> = (0..SLOW)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut connections = 0;
+                // Bounded: until told to stop, or a minute (a hang guard).
+                let started = Instant::now();
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < DEADLINE {
+                    let Ok(mut s) = TcpStream::connect(metrics) else {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    };
+                    connections += 1;
+                    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ");
+                    while !stop.load(Ordering::Relaxed) && s.write_all(b"a").is_ok() {
+                        std::thread::sleep(Duration::from_millis(300));
+                        if started.elapsed() > DEADLINE {
+                            break;
+                        }
+                    }
+                }
+                connections
+            })
+        })
+        .collect();
+    // Every slot taken, and the accept queue holding the rest.
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..3 {
+        let m = scrape(metrics);
+        assert_eq!(m["neqo_server_connections_open"], 0.0);
+    }
+    // The server stops with the slow clients connected (a hang guard, not a speed bound).
+    let stopping = std::thread::spawn(move || server.stop());
+    let started = Instant::now();
+    while !stopping.is_finished() {
+        assert!(started.elapsed() < DEADLINE, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stopping.join().unwrap().expect("a clean stop");
+    stop.store(true, Ordering::Relaxed);
+    let reconnected: usize = slow.into_iter().map(|t| t.join().unwrap()).sum();
+    // Their heads ran out of time and they came back: the endpoint cut them off.
+    assert!(
+        reconnected > SLOW,
+        "{reconnected} connections of {SLOW} slow clients"
+    );
+}

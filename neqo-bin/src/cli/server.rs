@@ -13,7 +13,7 @@ use crate::{
         Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, RetryPolicy, Server,
         ServerConfig, ServerId, ServerKeys, Steering,
     },
-    tls::{ALPN_HQ, ALPN_PERF, Identity},
+    tls::{self, ALPN_HQ, ALPN_PERF, Identity},
 };
 
 /// `neqo-server` flags.
@@ -106,6 +106,10 @@ pub struct ServerArgs {
     /// address, e.g. 127.0.0.1:9464; each worker's at most a second old.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
+    /// Write the TLS secrets to the file SSLKEYLOGFILE names, for a packet capture to be
+    /// decrypted (Wireshark); without this flag the variable is ignored.
+    #[arg(long)]
+    pub keylog: bool,
     #[command(flatten)]
     pub io: IoArgs,
 }
@@ -303,6 +307,11 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         drain_timeout: match args.drain_timeout {
             Some(secs) => check_seconds("--drain-timeout", secs, 0.0, MAX_DRAIN_TIMEOUT)?,
             None => DRAIN_TIMEOUT,
+        },
+        secrets: if args.keylog {
+            tls::Secrets::Logged
+        } else {
+            tls::Secrets::Kept
         },
     };
     let rt = tokio::runtime::Builder::new_current_thread()

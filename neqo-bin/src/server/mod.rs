@@ -117,6 +117,9 @@ pub struct ServerConfig {
     /// How long a shutdown lets HTTP/3 connections finish the requests they accepted after
     /// their GOAWAY (`--drain-timeout`); zero closes every connection at once.
     pub drain_timeout: Duration,
+    /// Whether the TLS secrets are written to the file `SSLKEYLOGFILE` names (`--keylog`);
+    /// never by default, whatever the environment says.
+    pub secrets: tls::Secrets,
 }
 
 /// The default [`ServerConfig::drain_timeout`]: room for a response under way, short enough
@@ -147,6 +150,7 @@ impl Default for ServerConfig {
             cid_lifetime: None,
             metrics: None,
             drain_timeout: DRAIN_TIMEOUT,
+            secrets: tls::Secrets::Kept,
         }
     }
 }
@@ -204,7 +208,10 @@ fn prepare(
     let layout = CidLayout::new(config.server_id.clone(), config.workers).context("--workers")?;
     // One crypto config for all workers: one session store, so that a client resumes
     // (and sends 0-RTT) whichever worker it reaches.
-    let crypto = tls::server_crypto(&identity, &config.alpns)?;
+    if config.secrets == tls::Secrets::Logged && std::env::var_os("SSLKEYLOGFILE").is_none() {
+        anyhow::bail!("--keylog: SSLKEYLOGFILE is not set (it names the file the secrets go to)");
+    }
+    let crypto = tls::server_crypto_with(&identity, &config.alpns, config.secrets)?;
     let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
     config.transport.mtu_upper_bound = listen_mtu_bound(&config.listen, config.transport.max_mtu);
     if config.alpns.iter().any(|a| a == tls::ALPN_H3) {

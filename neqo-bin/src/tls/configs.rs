@@ -1,6 +1,8 @@
 //! rustls configs for QUIC and for TLS over TCP, server and client: the two transports share
-//! provider, protocol version, certificate handling and `SSLKEYLOGFILE`, so that the TCP
-//! baseline measures the same TLS as QUIC.
+//! provider, protocol version, certificate handling and key logging, so that the TCP
+//! baseline measures the same TLS as QUIC. A client writes its secrets where `SSLKEYLOGFILE`
+//! says; a server only when told to ([`Secrets::Logged`]), never because the variable
+//! happens to be set in its environment.
 
 use std::sync::Arc;
 
@@ -15,6 +17,16 @@ use super::{
 };
 use crate::tls_counters::{CountingServer, CountingStore};
 
+/// Whether a server writes its TLS secrets out, for a packet capture to be decrypted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Secrets {
+    /// Never written.
+    #[default]
+    Kept,
+    /// Written to the file `SSLKEYLOGFILE` names (`neqo-server --keylog`).
+    Logged,
+}
+
 /// SSLKEYLOGFILE, when set.
 fn key_log() -> Option<Arc<dyn rustls::KeyLog>> {
     std::env::var_os("SSLKEYLOGFILE")
@@ -22,12 +34,13 @@ fn key_log() -> Option<Arc<dyn rustls::KeyLog>> {
 }
 
 /// A TLS 1.3 server config offering `alpns` and accepting `suites`, with the certificate
-/// and key of `identity` and `SSLKEYLOGFILE`: what the QUIC server and a TLS-over-TCP server
-/// share.
+/// and key of `identity`, writing its secrets as `secrets` says: what the QUIC server and a
+/// TLS-over-TCP server share.
 fn server_tls(
     identity: &Identity,
     alpns: &[String],
     suites: &[CipherSuite],
+    secrets: Secrets,
 ) -> anyhow::Result<rustls::ServerConfig> {
     if suites.is_empty() {
         bail!("no cipher suite to accept");
@@ -38,7 +51,9 @@ fn server_tls(
         .with_single_cert(identity.chain.clone(), identity.key.clone_key())
         .context("certificate and key do not fit together")?;
     tls.alpn_protocols = alpns.iter().map(|a| a.as_bytes().to_vec()).collect();
-    if let Some(k) = key_log() {
+    if secrets == Secrets::Logged
+        && let Some(k) = key_log()
+    {
         tls.key_log = k;
     }
     Ok(tls)
@@ -52,7 +67,19 @@ pub fn server_crypto(
     identity: &Identity,
     alpns: &[String],
 ) -> anyhow::Result<Arc<dyn quinn_proto::crypto::ServerConfig>> {
-    let mut tls = server_tls(identity, alpns, &CipherSuite::ALL)?;
+    server_crypto_with(identity, alpns, Secrets::Kept)
+}
+
+/// A QUIC server crypto config offering `alpns`, writing its secrets as `secrets` says.
+///
+/// # Errors
+/// A key that does not match the certificate or is unsupported.
+pub fn server_crypto_with(
+    identity: &Identity,
+    alpns: &[String],
+    secrets: Secrets,
+) -> anyhow::Result<Arc<dyn quinn_proto::crypto::ServerConfig>> {
+    let mut tls = server_tls(identity, alpns, &CipherSuite::ALL, secrets)?;
     tls.max_early_data_size = u32::MAX;
     // Counted, so that the report says how many clients resumed.
     tls.session_storage = Arc::new(CountingStore(tls.session_storage.clone()));
@@ -71,7 +98,7 @@ pub fn stream_server_config(
     identity: &Identity,
     suites: &[CipherSuite],
 ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-    Ok(Arc::new(server_tls(identity, &[], suites)?))
+    Ok(Arc::new(server_tls(identity, &[], suites, Secrets::Kept)?))
 }
 
 /// Whom the client trusts.

@@ -14,8 +14,8 @@ mod transport;
 mod verify;
 
 pub use configs::{
-    Trust, client_crypto, client_crypto_with, server_crypto, stream_client_config,
-    stream_server_config,
+    Secrets, Trust, client_crypto, client_crypto_with, server_crypto, server_crypto_with,
+    stream_client_config, stream_server_config,
 };
 pub use identity::{Identity, read_certs};
 pub use suites::CipherSuite;

@@ -1,36 +1,46 @@
-//! The metrics endpoint: a thread that answers `GET /metrics` on a TCP address with the
-//! [`Board`]'s exposition, one request at a time, within a short timeout and request size.
+//! The metrics endpoint: `GET /metrics` answered with the [`Board`]'s exposition by hyper's
+//! HTTP/1 server on a thread of its own (a current-thread runtime), so that no scrape touches
+//! a worker. What a slow or hostile client can hold is bounded: at most
+//! [`MAX_CONNECTIONS`] at once (more wait in the kernel's accept queue, first come first
+//! served), a request head within [`HEAD_TIMEOUT`] and 8 KiB (hyper answers 408 or 431 past
+//! them), and a whole connection within [`DEADLINE`]. Shutdown drops whatever is under way.
 
 use std::{
-    fmt::Write as _,
-    io::{self, Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    convert::Infallible,
+    net::{SocketAddr, TcpListener},
+    sync::Arc,
     thread::JoinHandle,
     time::Duration,
 };
 
 use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode, body::Incoming, header, service::service_fn};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::{Semaphore, oneshot};
 
 use super::Board;
 
-/// The most bytes of a request's head the endpoint reads.
-const MAX_REQUEST: usize = 4096;
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 16;
 
-/// How long the endpoint waits for a request's head, or to write its answer.
-const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a client has to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How long it reads what is left of a request it refused before it closes.
-const LINGER: Duration = Duration::from_millis(200);
+/// How long a connection may last, its answer included.
+pub const DEADLINE: Duration = Duration::from_secs(5);
+
+/// hyper's smallest read buffer, and so the largest request head taken.
+const MAX_HEAD: usize = 8192;
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The endpoint: a thread answering scrapes until dropped.
 #[derive(Debug)]
 pub(in crate::server) struct MetricsServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -42,26 +52,22 @@ impl MetricsServer {
     pub(in crate::server) fn start(addr: SocketAddr, board: Arc<Board>) -> anyhow::Result<Self> {
         let listener =
             TcpListener::bind(addr).with_context(|| format!("--metrics {addr}: cannot listen"))?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = Arc::clone(&stop);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("--metrics: no runtime for the endpoint")?;
+        let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("neqo-server-metrics".into())
             .spawn(move || {
-                for stream in listener.incoming() {
-                    if stopped.load(Ordering::Acquire) {
-                        break;
-                    }
-                    if let Ok(stream) = stream
-                        && let Err(e) = answer(stream, &board)
-                    {
-                        tracing::debug!("metrics request: {e}");
-                    }
-                }
+                // Dropping the runtime after `serve` returns drops the connections under way.
+                runtime.block_on(serve(listener, board, stopped));
             })?;
         Ok(Self {
             addr,
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
         })
     }
@@ -74,62 +80,83 @@ impl MetricsServer {
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        // The thread waits in accept: one connection wakes it to see the flag.
-        let _ = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT);
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-/// Reads one request's head (bounded in size and time) and answers it.
-fn answer(mut stream: TcpStream, board: &Board) -> io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 512];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            return Ok(());
+/// Accepts connections while there is room for them, until `stopped`.
+async fn serve(listener: TcpListener, board: Arc<Board>, mut stopped: oneshot::Receiver<()>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("metrics endpoint: {e}");
+            return;
         }
-        head.extend_from_slice(&buf[..n]);
-        if head.len() > MAX_REQUEST {
-            respond(&mut stream, "431 Request Header Fields Too Large", "", "")?;
-            // Closing with unread input would reset the connection before the client reads
-            // the answer: end our side, and take a bounded part of the rest first.
-            stream.shutdown(std::net::Shutdown::Write)?;
-            stream.set_read_timeout(Some(LINGER))?;
-            let _ = io::copy(&mut (&mut stream).take(64 << 10), &mut io::sink());
-            return Ok(());
-        }
-    }
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut parts = line.split(|&b| b == b' ');
-    let (method, path) = (parts.next(), parts.next());
-    match (method, path) {
-        (Some(b"GET"), Some(b"/metrics")) => respond(
-            &mut stream,
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            &board.render(),
-        ),
-        (Some(b"GET"), _) => respond(&mut stream, "404 Not Found", "", ""),
-        _ => respond(&mut stream, "405 Method Not Allowed", "", ""),
+    };
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        // Not accepted while every slot is taken: later clients wait in the accept queue in
+        // the order they came.
+        let slot = tokio::select! {
+            _ = &mut stopped => return,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(s) => s,
+                Err(_) => return,
+            },
+        };
+        let stream = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, say: try again a little later.
+                    tracing::debug!("metrics endpoint: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let board = Arc::clone(&board);
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service = service_fn(move |req| {
+                let response = answer(&req, &board);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_buf_size(MAX_HEAD)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(DEADLINE, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!("metrics request: {e}"),
+                Err(_) => tracing::debug!("metrics request: over its deadline, closed"),
+            }
+        });
     }
 }
 
-fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if !content_type.is_empty() {
-        let _ = write!(head, "Content-Type: {content_type}\r\n");
+/// `GET /metrics`: the exposition; another path 404, another method 405.
+fn answer(req: &Request<Incoming>, board: &Board) -> Response<Full<Bytes>> {
+    let (status, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, board.render()),
+        (&Method::GET, _) => (StatusCode::NOT_FOUND, String::new()),
+        _ => (StatusCode::METHOD_NOT_ALLOWED, String::new()),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if status == StatusCode::OK {
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(OPENMETRICS),
+        );
     }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
+    response
 }

@@ -11,11 +11,14 @@
 //!
 //! Each worker publishes its report to the [`Board`] at most every [`PUBLISH_EVERY`] (its
 //! turns are where its counts live; a scrape does not wait for them), so a scrape is at most
-//! that stale. The endpoint answers one request at a time, `GET /metrics` only, within a
-//! short read timeout and a small request size: it is for a scraper on a trusted network,
-//! and anything else gets an error status, never a wait.
+//! that stale. The endpoint ([`endpoint`]) answers `GET /metrics` only, on hyper's HTTP/1
+//! server on a thread of its own, with bounds on connections and on the time and size of a
+//! request; anything else gets an error status. Every family is listed in
+//! `docs/metrics.md`, generated from the exposition ([`reference`]).
 
 mod endpoint;
+#[cfg(test)]
+mod reference;
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
