@@ -163,6 +163,9 @@ mod linux {
                 .into_iter()
                 .filter_map(|(s, w)| (Some(w) == target).then_some(s))
                 .collect();
+            if aimed.is_empty() {
+                bail!("the aimed flood learned no source port: no probe got a reply");
+            }
             let stop = AtomicBool::new(false);
             let deadline = Instant::now() + AIMED_FOR;
             let flood =

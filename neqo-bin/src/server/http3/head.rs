@@ -52,12 +52,14 @@ const CONNECTION_SPECIFIC: [&[u8]; 5] = [
     b"upgrade",
 ];
 
+/// A token's character (RFC 9110 section 5.6.2).
+fn tchar(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+}
+
 /// A field name HTTP/3 accepts: a token in lower case (section 4.2, RFC 9110 section 5.1).
 pub(super) fn valid_name(name: &[u8]) -> bool {
-    !name.is_empty()
-        && name.iter().all(|&c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&c)
-        })
+    !name.is_empty() && name.iter().all(|&c| tchar(c) && !c.is_ascii_uppercase())
 }
 
 /// A field value HTTP/3 accepts: no NUL, CR or LF, no whitespace at either end.
@@ -69,7 +71,11 @@ pub(super) fn valid_value(value: &[u8]) -> bool {
 
 /// Decodes and checks a request's head.
 pub(super) fn head(decoder: &mut Decoder, section: &[u8]) -> Result<Head, Refused> {
-    let (mut method, mut scheme, mut path, mut authority) = (None, None, None, false);
+    // The pseudo-headers as read, without a copy but for the path: the method (and whether
+    // it is CONNECT, whose requests have no :scheme or :path), and whether the scheme is one
+    // that needs an authority.
+    let (mut method, mut scheme, mut path, mut authority) =
+        (None::<(Method, bool)>, None::<bool>, None::<String>, false);
     let (mut host, mut regular, mut content_length, mut size) = (false, false, None, 0usize);
     decoder.fields(section, |name, value| {
         // RFC 9114 section 4.2.2: names and values, and 32 bytes each.
@@ -84,21 +90,34 @@ pub(super) fn head(decoder: &mut Decoder, section: &[u8]) -> Result<Head, Refuse
             if regular {
                 return Err(Refused::Malformed("a pseudo-header after a field"));
             }
-            let slot = match pseudo {
-                b"method" => &mut method,
-                b"scheme" => &mut scheme,
-                b"path" => &mut path,
-                b"authority" if !authority => {
-                    authority = true;
-                    return Ok(());
+            const TWICE: Refused = Refused::Malformed("a pseudo-header twice");
+            let twice = match pseudo {
+                b"method" => {
+                    let m = match value {
+                        b"GET" => Method::Get,
+                        b"HEAD" => Method::Head,
+                        b"POST" => Method::Post,
+                        v if !v.is_empty() && v.iter().all(|&c| tchar(c)) => Method::Other,
+                        _ => return Err(Refused::Malformed("a :method that is no token")),
+                    };
+                    method.replace((m, value == b"CONNECT")).is_some()
                 }
-                b"authority" => return Err(Refused::Malformed("a second :authority")),
+                b"scheme" => scheme
+                    .replace(value == b"https" || value == b"http")
+                    .is_some(),
+                b"path" => {
+                    let p = std::str::from_utf8(value)
+                        .ok()
+                        .filter(|p| !p.is_empty())
+                        .ok_or(Refused::Malformed(
+                            "an empty :path, or one that is no UTF-8",
+                        ))?;
+                    path.replace(p.to_owned()).is_some()
+                }
+                b"authority" => std::mem::replace(&mut authority, true),
                 _ => return Err(Refused::Malformed("a pseudo-header requests do not have")),
             };
-            if slot.replace(value.to_vec()).is_some() {
-                return Err(Refused::Malformed("a pseudo-header twice"));
-            }
-            return Ok(());
+            return if twice { Err(TWICE) } else { Ok(()) };
         }
         regular = true;
         if !valid_name(name) {
@@ -123,32 +142,22 @@ pub(super) fn head(decoder: &mut Decoder, section: &[u8]) -> Result<Head, Refuse
         }
         Ok(())
     })?;
-    let method = match method.as_deref() {
-        Some(b"GET") => Method::Get,
-        Some(b"HEAD") => Method::Head,
-        Some(b"POST") => Method::Post,
-        Some(b"CONNECT") => {
-            return Ok(Head {
-                method: Method::Other,
-                path: String::new(),
-                content_length,
-            });
-        }
-        Some(m) if valid_name(&m.to_ascii_lowercase()) => Method::Other,
-        _ => return Err(Refused::Malformed("no :method, or one that is no token")),
+    let Some((method, connect)) = method else {
+        return Err(Refused::Malformed("no :method"));
     };
-    let (Some(scheme), Some(path)) = (scheme, path) else {
+    if connect {
+        return Ok(Head {
+            method,
+            path: String::new(),
+            content_length,
+        });
+    }
+    let (Some(needs_authority), Some(path)) = (scheme, path) else {
         return Err(Refused::Malformed("no :scheme or no :path"));
     };
-    if (scheme == b"https" || scheme == b"http") && !authority && !host {
+    if needs_authority && !authority && !host {
         return Err(Refused::Malformed("no :authority and no host"));
     }
-    let path = String::from_utf8(path)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .ok_or(Refused::Malformed(
-            "an empty :path, or one that is no UTF-8",
-        ))?;
     Ok(Head {
         method,
         path,
@@ -207,6 +216,7 @@ mod tests {
     fn malformed_heads_are_refused() {
         let cases: Vec<Vec<(&str, &str)>> = vec![
             GET[1..].to_vec(),                                       // no :method
+            vec![(":method", "G T"), GET[1], GET[2], GET[3]],        // no token
             vec![GET[0], GET[2], GET[3]],                            // no :scheme
             vec![GET[0], GET[1], GET[2]],                            // no :path
             vec![GET[0], GET[1], GET[3]],                            // no authority, no host

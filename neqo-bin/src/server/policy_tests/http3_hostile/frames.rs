@@ -148,13 +148,7 @@ fn a_malformed_head_resets_its_stream_with_message_error() {
             write(conn, Dir::Bi, &frame(HEADERS, &get("/6", 0)), true),
         ]
     });
-    assert_eq!(raw.lost, None);
-    assert_eq!(
-        raw.reset.get(&raw.requests[0]),
-        Some(&0x10e),
-        "{:?}",
-        raw.reset
-    );
+    reset_with(&raw, 0, 0x10e);
     assert!(raw.answered(1, &pattern_body(6)), "{:?}", raw.received);
     b.still_serving();
 }
@@ -167,13 +161,7 @@ fn a_request_ended_before_its_headers_is_incomplete() {
         write(conn, Dir::Uni, &control(), false);
         vec![write(conn, Dir::Bi, &frame(0x21, b"only this"), true)]
     });
-    assert_eq!(raw.lost, None);
-    assert_eq!(
-        raw.reset.get(&raw.requests[0]),
-        Some(&0x10d),
-        "{:?}",
-        raw.reset
-    );
+    reset_with(&raw, 0, 0x10d);
     b.still_serving();
 }
 
@@ -191,13 +179,7 @@ fn a_body_past_its_content_length_is_a_message_error() {
         request.extend(frame(DATA, b"four"));
         vec![write(conn, Dir::Bi, &request, true)]
     });
-    assert_eq!(raw.lost, None);
-    assert_eq!(
-        raw.reset.get(&raw.requests[0]),
-        Some(&0x10e),
-        "{:?}",
-        raw.reset
-    );
+    reset_with(&raw, 0, 0x10e);
     b.still_serving();
 }
 

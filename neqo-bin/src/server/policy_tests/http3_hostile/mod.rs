@@ -328,6 +328,17 @@ fn encoder_stream(junk: &[u8]) -> Vec<u8> {
     s
 }
 
+/// Request `i`'s stream reset by the server with `code`, and the connection still open.
+fn reset_with(raw: &Raw, i: usize, code: u64) {
+    assert_eq!(raw.lost, None, "not a connection error");
+    assert_eq!(
+        raw.reset.get(&raw.requests[i]),
+        Some(&code),
+        "{:?}",
+        raw.reset
+    );
+}
+
 /// Closed by the server with HTTP/3 (or QPACK) error `code`.
 fn closed_with(raw: &Raw, code: u64) {
     match &raw.lost {
