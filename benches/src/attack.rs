@@ -10,7 +10,8 @@ use std::{
 };
 
 use anyhow::Context as _;
-use neqo_bin::tls::{self, ALPN_HQ, Trust};
+use neqo_bin::ALPN_HQ;
+use neqo_driver::tls::{self, Trust};
 
 /// `count` client Initials for `server`, each of a new connection with its own random IDs and
 /// a real ClientHello.

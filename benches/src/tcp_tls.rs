@@ -1,6 +1,6 @@
 //! TLS over kernel TCP: the baseline QUIC is weighed against. A blocking server (a thread per
 //! connection) and a blocking client, rustls with ring, TLS 1.3 with the QUIC pair's cipher
-//! suites, provider and certificate verification ([`neqo_bin::tls`]).
+//! suites, provider and certificate verification ([`neqo_driver::tls`]).
 //!
 //! The protocol is hq-interop's over one TLS connection:
 //!
@@ -35,8 +35,9 @@ use std::{
 use neqo_bin::{
     hq::{self, Target},
     pattern,
-    tls::{self, CipherSuite, Identity, Trust},
 };
+
+use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
 use rustls::{
     ServerConnection,
     client::UnbufferedClientConnection,
@@ -444,7 +445,10 @@ impl ServerHandle {
         &self,
         suites: &[CipherSuite],
     ) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-        tls::stream_client_config(&Trust::Certs(self.identity.chain.clone()), suites)
+        Ok(tls::stream_client_config(
+            &Trust::Certs(self.identity.chain.clone()),
+            suites,
+        )?)
     }
 
     /// Its counters.

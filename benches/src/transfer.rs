@@ -12,10 +12,12 @@ use std::{
 };
 
 use neqo_bin::{
+    ALPN_H3, ALPN_HQ, ALPN_PERF,
     client::{self, ClientConfig, ClientReport},
     server::{ServerConfig, ServerHandle, ServerReport},
-    tls::{ALPN_H3, ALPN_HQ, ALPN_PERF, Trust},
 };
+
+use neqo_driver::tls::Trust;
 use neqo_udp::{IoMode, Stats};
 
 use crate::{cpu, tcp_tls};
@@ -205,7 +207,7 @@ impl Scenario {
         c.sockets = w.concurrency.min(16);
         c.parallel = w.requests > 1;
         c.socket = neqo_udp::Config::default().with_mode(v.mode);
-        c.pacing = v.pacing;
+        c.driver.pacing = v.pacing;
         if self == Self::Upload {
             c.alpn = ALPN_PERF.to_owned();
             c.upload = w.bytes;
@@ -330,7 +332,7 @@ impl Fixture {
         let server = ServerHandle::start(ServerConfig {
             listen: vec!["127.0.0.1:0".parse()?],
             socket: neqo_udp::Config::default().with_mode(variant.mode),
-            pacing: variant.pacing,
+            driver: ServerConfig::default().driver.with_pacing(variant.pacing),
             alpns: if variant.h3 {
                 vec![ALPN_H3.to_owned()]
             } else {
@@ -420,7 +422,7 @@ impl TcpTlsFixture {
     /// When the server cannot start.
     pub fn start(bytes: u64) -> anyhow::Result<Self> {
         let server = tcp_tls::ServerHandle::start()?;
-        let config = server.client_config(&neqo_bin::tls::CipherSuite::ALL)?;
+        let config = server.client_config(&neqo_driver::tls::CipherSuite::ALL)?;
         Ok(Self {
             server,
             config,

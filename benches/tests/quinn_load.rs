@@ -4,10 +4,9 @@
 
 use std::{net::SocketAddr, process::Command, time::Duration};
 
-use neqo_bin::{
-    hq, pattern,
-    tls::{ALPN_HQ, Identity, server_crypto},
-};
+use neqo_bin::{ALPN_HQ, hq, pattern};
+
+use neqo_driver::tls::{Identity, server_crypto};
 use test_fixtures::{Measured, run};
 
 /// What the test server does to each body.

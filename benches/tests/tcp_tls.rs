@@ -12,10 +12,9 @@ use std::{
     time::Duration,
 };
 
-use neqo_bin::{
-    hq, pattern,
-    tls::{self, CipherSuite, Identity, Trust},
-};
+use neqo_bin::{hq, pattern};
+
+use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
 use rustls::{ClientConnection, ServerConnection, StreamOwned, pki_types::ServerName};
 use test_fixtures::{Measured, Server, run};
 

@@ -19,9 +19,9 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
-use neqo_bin::{
-    driver::{Application, Driver},
-    tls::{self, Identity, TransportOptions, Trust},
+use neqo_driver::{
+    Application, Driver, DriverConfig, TransportOptions,
+    tls::{self, Identity, Trust},
 };
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId};
 
@@ -275,7 +275,12 @@ fn main() -> anyhow::Result<()> {
     let server = std::thread::spawn(move || -> anyhow::Result<_> {
         runtime()?.block_on(async {
             let socket = neqo_udp::Socket::from_std(server_socket, neqo_udp::Config::default())?;
-            let mut driver = Driver::new(vec![socket], Some(Arc::new(server_config)), true);
+            let mut driver = Driver::server(
+                vec![socket],
+                quinn_proto::EndpointConfig::default(),
+                Arc::new(server_config),
+                DriverConfig::default(),
+            );
             let mut app = EchoServer::default();
             driver.run(&mut app, std::future::pending()).await?;
             Ok((app.echoed, driver.socket_stats()))
@@ -297,7 +302,7 @@ fn main() -> anyhow::Result<()> {
     };
     let client_stats = runtime()?.block_on(async {
         let socket = neqo_udp::Socket::bind(local, neqo_udp::Config::default())?;
-        let mut driver = Driver::new(vec![socket], None, true);
+        let mut driver = Driver::client(vec![socket], DriverConfig::default());
         driver.run(&mut client, std::future::pending()).await?;
         anyhow::Ok(driver.socket_stats())
     })?;

@@ -1,9 +1,7 @@
-//! A QUIC endpoint driver on `neqo-udp`'s batched [`Socket`](neqo_udp::Socket), with
-//! `hq-interop` (HTTP/0.9) and `perf` servers and clients.
+//! `hq-interop` (HTTP/0.9), HTTP/3 and `perf` servers and clients on `neqo-driver`'s endpoint
+//! driver and `neqo-udp`'s batched sockets.
 //!
-//! - [`driver`]: the single-threaded endpoint driver, with its pacer and congestion
-//!   controller.
-//! - [`h3`]: HTTP/3 with the `h3` crate over the driver's connections.
+//! - [`h3`]: HTTP/3 with the `h3` crate over the driver's connections (the client's).
 //! - [`server`]: [`server::ServerHandle::start`] runs a server on its own thread.
 //! - `client` (feature `cli`): `client::run` runs a client to completion and reports.
 //! - `cli` (feature `cli`): the binaries' command lines, checks and logging.
@@ -26,7 +24,6 @@ pub mod cli;
 #[cfg(feature = "cli")]
 pub mod client;
 pub mod disk;
-pub mod driver;
 pub mod h3;
 pub mod hq;
 pub mod idmap;
@@ -36,5 +33,10 @@ pub mod report;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod tls;
-pub mod tls_counters;
+
+/// HTTP/0.9 over QUIC.
+pub const ALPN_HQ: &str = "hq-interop";
+/// HTTP/3 (RFC 9114).
+pub const ALPN_H3: &str = "h3";
+/// draft-banks-quic-performance.
+pub const ALPN_PERF: &str = "perf";

@@ -24,12 +24,15 @@ use std::{
 use bytes::Bytes;
 use common::url;
 use neqo_bin::{
+    ALPN_HQ,
     body::{self, ReadEnd},
     client::{self, ClientConfig},
-    driver::{Application, Driver, run_client},
     pattern,
     server::{Limits, REFUSED, ServerConfig, ServerHandle},
-    tls::{self, ALPN_HQ, TransportOptions, Trust},
+};
+use neqo_driver::{
+    Application, Driver, TransportOptions, run_client,
+    tls::{self, Trust},
 };
 use quinn_proto::{
     Connection, ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId,

@@ -9,10 +9,12 @@ use std::{
 };
 
 use neqo_bin::{
+    ALPN_HQ,
     client::{self, ClientConfig},
     server::{Limits, RetryPolicy, ServerConfig, ServerHandle, ServerKeys},
-    tls::{self, ALPN_HQ, Trust},
 };
+
+use neqo_driver::tls::{self, Trust};
 use quinn_proto::{ClientConfig as QuicClientConfig, EndpointConfig};
 
 /// A hang guard, never a speed check.
@@ -228,10 +230,7 @@ fn send_from(from: SocketAddr, datagram: &[u8], to: SocketAddr) -> Option<u8> {
 /// A server restarted with the same `--key-file` (Unix: it is killed with SIGKILL).
 #[cfg(unix)]
 mod restart {
-    use neqo_bin::{
-        driver::{Application, Driver, run_client},
-        tls::TransportOptions,
-    };
+    use neqo_driver::{Application, Driver, TransportOptions, run_client};
 
     use super::*;
 

@@ -19,8 +19,13 @@ use std::{
 };
 
 use neqo_bin::{
+    ALPN_HQ,
     server::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle},
-    tls::{self, ALPN_HQ, TransportOptions, Trust},
+};
+
+use neqo_driver::{
+    TransportOptions,
+    tls::{self, Trust},
 };
 use quinn_proto::{ClientConfig, ConnectionError, Dir, congestion::CubicConfig};
 use raw_client::RawClient;

@@ -8,8 +8,9 @@
 use neqo_bin::{
     server::{ServerConfig, ServerHandle},
     testing::canceller::{self, Cancel, Canceller},
-    tls::Trust,
 };
+
+use neqo_driver::tls::Trust;
 
 fn cancels_free_their_streams(how: Cancel) {
     let server = ServerHandle::start(ServerConfig {
@@ -38,7 +39,7 @@ canceller::cancel_tests!(cancels_free_their_streams);
 mod ctrl_c {
     use std::time::{Duration, Instant};
 
-    use neqo_bin::tls::TransportOptions;
+    use neqo_driver::TransportOptions;
 
     // The client's hang guard is also the most this test waits for a process or the server,
     // well below the 60 s idle timeout it sets.

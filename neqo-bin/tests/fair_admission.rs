@@ -25,10 +25,8 @@ use std::{
 
 use common::{scrape, stop_and_report, url, with_deadline};
 use initials::{Held, Holders, aimed_flood};
-use neqo_bin::{
-    client::{self, ClientConfig},
-    tls::Trust,
-};
+use neqo_bin::client::{self, ClientConfig};
+use neqo_driver::tls::Trust;
 use test_fixtures::{
     Server,
     netns::{Netns, enter, is_root},

@@ -15,8 +15,8 @@ use neqo_bin::{
     client::{self, ClientConfig, Save},
     hq,
     server::{ServerConfig, ServerHandle},
-    tls::Trust,
 };
+use neqo_driver::tls::Trust;
 use rand::{RngCore as _, SeedableRng as _, rngs::StdRng};
 
 /// A hang guard for a whole test step, not a performance bound.
@@ -178,11 +178,11 @@ mod changing {
 
     use bytes::Bytes;
     use neqo_bin::{
+        ALPN_HQ,
         body::{self, ReadEnd},
-        driver::{Application, Driver, run_client},
         server::REFUSED,
-        tls::{self, ALPN_HQ},
     };
+    use neqo_driver::{Application, Driver, run_client, tls};
     use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId, VarInt};
 
     use super::{Trust, hq, random_bytes, scratch, server, with_deadline};

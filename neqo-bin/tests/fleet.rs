@@ -23,9 +23,11 @@ use std::{
 };
 
 use neqo_bin::{
+    ALPN_HQ,
     client::{self, ClientConfig},
-    tls::{self, ALPN_HQ, Trust},
 };
+
+use neqo_driver::tls::{self, Trust};
 use neqo_relay::{Impairment, Rebind, RebindEvery, Relay, RelayConfig};
 use quinn_proto::{ConnectionError, Event};
 use raw_client::RawClient;

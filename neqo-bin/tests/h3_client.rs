@@ -218,16 +218,17 @@ fn h3_responses(addr: std::net::SocketAddr) -> u64 {
 #[test]
 fn a_drain_under_load_rejects_the_later_requests_and_fails_none() {
     use neqo_bin::{
+        ALPN_H3,
         client::{self, ClientConfig},
         server::{ServerConfig, ServerHandle},
-        tls::{ALPN_H3, Trust},
     };
+    use neqo_driver::{DriverConfig, tls::Trust};
     const CONNECTIONS: usize = 4;
     const REQUESTS: usize = 100_000;
     let server = ServerHandle::start(ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         alpns: vec![ALPN_H3.into()],
-        drain_timeout: Duration::from_secs(10),
+        driver: DriverConfig::default().with_drain(Duration::from_secs(10)),
         metrics: Some("127.0.0.1:0".parse().unwrap()),
         ..ServerConfig::default()
     })

@@ -33,10 +33,11 @@ use bytes::Bytes;
 use common::{stop_and_report, url, with_deadline};
 use initials::{Replayed, retry_token};
 use neqo_bin::{
+    ALPN_HQ,
     client::{self, ClientConfig},
     server::{Limits, RetryPolicy, ServerConfig, ServerHandle},
-    tls::{self, ALPN_HQ, CipherSuite, Trust},
 };
+use neqo_driver::tls::{self, CipherSuite, Trust};
 use quinn_proto::TransportErrorCode;
 use raw_client::RawClient;
 

@@ -26,10 +26,9 @@ use std::{
 use common::url;
 use neqo_bin::{
     client::{self, ClientConfig, ClientReport},
-    driver::pacer::PacingTimer,
     server::{ServerConfig, ServerHandle, ServerReport},
-    tls::{TransportOptions, Trust},
 };
+use neqo_driver::{PacingTimer, TransportOptions, tls::Trust};
 use neqo_relay::{Impairment, Relay, RelayConfig, RelayStats};
 
 const MIB: u64 = 1 << 20;
@@ -99,8 +98,10 @@ impl Download {
         };
         let server = ServerHandle::start(ServerConfig {
             listen: vec!["127.0.0.1:0".parse().unwrap()],
-            pacing: self.pacing,
-            pacing_timer: self.pacing_timer,
+            driver: ServerConfig::default()
+                .driver
+                .with_pacing(self.pacing)
+                .with_pacing_timer(self.pacing_timer),
             transport: transport.clone(),
             ..ServerConfig::default()
         })
@@ -120,8 +121,10 @@ impl Download {
             url(relay.local_addr(), &format!("/{}", self.bytes)),
             Trust::Certs(server.certificate().to_vec()),
         );
-        config.pacing = self.pacing;
-        config.pacing_timer = self.pacing_timer;
+        config.driver = config
+            .driver
+            .with_pacing(self.pacing)
+            .with_pacing_timer(self.pacing_timer);
         config.transport = transport;
         let result = with_deadline(&what, move || client::run(config));
         let relay_stats = relay.stop().expect("relay stops");
@@ -370,7 +373,7 @@ fn pacing_at_20ms_rtt_and_100mbit() {
             o.server.socket.tx.per_syscall
         );
         if pacing {
-            assert!(burst <= neqo_bin::driver::pacer::BURST_DATAGRAMS as u64);
+            assert!(burst <= neqo_driver::BURST_DATAGRAMS as u64);
         }
         #[cfg(target_os = "linux")]
         assert_eq!(
@@ -407,5 +410,5 @@ fn pacing_on_tokio_timers() {
         server.paced_waits > 0,
         "the pacer never held a connection back"
     );
-    assert!(server.max_transmit_datagrams <= neqo_bin::driver::pacer::BURST_DATAGRAMS as u64);
+    assert!(server.max_transmit_datagrams <= neqo_driver::BURST_DATAGRAMS as u64);
 }

@@ -11,10 +11,12 @@ use std::{
 };
 
 use neqo_bin::{
+    ALPN_HQ, ALPN_PERF,
     client::{self, ClientConfig, Save},
     server::{ServerConfig, ServerHandle},
-    tls::{ALPN_HQ, ALPN_PERF, CongestionControl, TransportOptions, Trust},
 };
+
+use neqo_driver::{CongestionControl, TransportOptions, tls::Trust};
 use neqo_udp::IoMode;
 
 fn server_with(listen: &str, f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
@@ -62,11 +64,11 @@ fn io_pacing_and_address_family_matrix() {
             for pacing in [true, false] {
                 let s = server_with(listen, |c| {
                     c.socket = neqo_udp::Config::default().with_mode(mode);
-                    c.pacing = pacing;
+                    c.driver.pacing = pacing;
                 });
                 let mut c = client_for(&s, "/3000000");
                 c.socket = neqo_udp::Config::default().with_mode(mode);
-                c.pacing = pacing;
+                c.driver.pacing = pacing;
                 let what = format!("{listen} {mode} pacing {pacing}");
                 let r = client::run(c).unwrap_or_else(|e| panic!("{what}: {e:#}"));
                 assert_eq!(r.bytes_received, 3_000_000, "{what}");
@@ -382,17 +384,17 @@ fn pacing_switch_bounds_bursts() {
     };
     for pacing in [true, false] {
         let s = server_with("127.0.0.1:0", |c| {
-            c.pacing = pacing;
+            c.driver.pacing = pacing;
             c.transport.max_mtu = Some(1452);
         });
         let mut c = client_for(&s, "/20000000");
-        c.pacing = pacing;
+        c.driver.pacing = pacing;
         c.transport.max_mtu = Some(1452);
         client::run(c).unwrap();
         let d = s.stop().unwrap().driver;
-        let burst = neqo_bin::driver::pacer::BURST_DATAGRAMS as u64;
+        let burst = neqo_driver::BURST_DATAGRAMS as u64;
         assert!(d.max_transmit_datagrams <= probe as u64, "{d:?}");
-        if !pacing && probe > neqo_bin::driver::pacer::BURST_DATAGRAMS {
+        if !pacing && probe > neqo_driver::BURST_DATAGRAMS {
             assert!(d.max_transmit_datagrams > burst, "{d:?}");
         }
     }

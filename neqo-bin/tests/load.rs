@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 use neqo_bin::{
     client::{self, ClientConfig},
     server::{ServerConfig, ServerHandle},
-    tls::Trust,
 };
+
+use neqo_driver::tls::Trust;
 
 fn server_with(f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
     let mut cfg = ServerConfig {

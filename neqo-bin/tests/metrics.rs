@@ -13,8 +13,8 @@ use common::{http, scrape, url};
 use neqo_bin::{
     client::{self, ClientConfig},
     server::{ServerConfig, ServerHandle},
-    tls::Trust,
 };
+use neqo_driver::tls::Trust;
 
 /// A hang guard, not a speed bound.
 const DEADLINE: Duration = Duration::from_secs(60);

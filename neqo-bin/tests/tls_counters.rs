@@ -5,9 +5,9 @@
 use neqo_bin::{
     client::{self, ClientConfig},
     server::{Limits, RetryPolicy, ServerConfig, ServerHandle},
-    tls::{CipherSuite, Trust},
-    tls_counters,
 };
+
+use neqo_driver::tls::{CipherSuite, Trust, counters};
 
 #[test]
 fn retry_resumption_zero_rtt_and_key_updates_are_counted() {
@@ -31,7 +31,7 @@ fn retry_resumption_zero_rtt_and_key_updates_are_counted() {
     let server_report = server.stop().unwrap();
     assert_eq!(report.connections, 2);
     assert_eq!(report.bytes_received, 6_000_000);
-    let tls = tls_counters::snapshot();
+    let tls = counters::snapshot();
     assert_eq!(report.tls, tls, "the client's report carries the counts");
     assert_eq!(server_report.driver.retries, 2, "a Retry per connection");
     assert_eq!(tls.retries_accepted, 2);

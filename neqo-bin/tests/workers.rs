@@ -22,8 +22,8 @@ use common::{url, with_deadline};
 use neqo_bin::{
     client::{self, ClientConfig},
     server::{ServerConfig, ServerHandle, ServerId, ServerReport, Steering, quic_lb_server_id},
-    tls::Trust,
 };
+use neqo_driver::tls::Trust;
 use neqo_relay::{Impairment, Rebind, RebindEvery, Relay, RelayConfig};
 
 fn server_with(workers: usize, f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {

@@ -5,9 +5,9 @@
 use neqo_bin::{
     client::{self, ClientConfig},
     server::{Limits, RetryPolicy, ServerConfig, ServerHandle},
-    tls::Trust,
-    tls_counters,
 };
+
+use neqo_driver::tls::{Trust, counters};
 
 #[test]
 fn retry_tokens_and_session_tickets_are_good_on_every_worker() {
@@ -39,7 +39,7 @@ fn retry_tokens_and_session_tickets_are_good_on_every_worker() {
         accepted.len() == 2 && accepted.iter().all(|&a| a > 0),
         "both workers took connections: {accepted:?}"
     );
-    let tls = tls_counters::snapshot();
+    let tls = counters::snapshot();
     assert_eq!(sr.driver.retries, CONNECTIONS, "a Retry per connection");
     assert_eq!(tls.retries_accepted, CONNECTIONS, "every token accepted");
     // Only the first connection verified a certificate: every later one resumed with a

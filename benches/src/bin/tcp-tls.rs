@@ -23,10 +23,9 @@ use std::{
 use anyhow::{Context as _, bail};
 use benches::tcp_tls::{self, Counters, DEFAULT_MAX_CONNECTIONS, Server};
 use clap::{Parser, Subcommand};
-use neqo_bin::{
-    hq::{self, Target},
-    tls::{self, CipherSuite, Identity, Trust},
-};
+use neqo_bin::cli::CipherSuiteArg;
+use neqo_bin::hq::{self, Target};
+use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
 use rustls::pki_types::ServerName;
 
 #[derive(Debug, Parser)]
@@ -62,7 +61,7 @@ struct ServerArgs {
     /// TLS 1.3 cipher suites accepted (comma separated; default all). The client's order
     /// decides among them.
     #[arg(long, value_enum, value_delimiter = ',')]
-    cipher_suite: Vec<CipherSuite>,
+    cipher_suite: Vec<CipherSuiteArg>,
     /// Connections served at once; more are reset.
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS as u32,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -87,17 +86,17 @@ struct ClientArgs {
     /// TLS 1.3 cipher suites offered, in order (comma separated; default all, AES-128-GCM
     /// first, as neqo-client).
     #[arg(long, value_enum, value_delimiter = ',')]
-    cipher_suite: Vec<CipherSuite>,
+    cipher_suite: Vec<CipherSuiteArg>,
     /// Write a JSON report here.
     #[arg(long)]
     json: Option<PathBuf>,
 }
 
-fn suites(given: &[CipherSuite]) -> Vec<CipherSuite> {
+fn suites(given: &[CipherSuiteArg]) -> Vec<CipherSuite> {
     if given.is_empty() {
         CipherSuite::ALL.to_vec()
     } else {
-        given.to_vec()
+        given.iter().map(|&s| s.into()).collect()
     }
 }
 

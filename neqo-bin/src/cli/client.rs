@@ -9,9 +9,13 @@ use super::{
     check_stream_bytes, check_writable_dir, parse_size, shutdown_signal, write_json,
 };
 use crate::{
+    ALPN_H3, ALPN_HQ, ALPN_PERF,
     client::{self, ClientConfig, Save},
     hq,
-    tls::{self, ALPN_H3, ALPN_HQ, ALPN_PERF, CipherSuite, TransportOptions, Trust},
+};
+use neqo_driver::{
+    TransportOptions,
+    tls::{CipherSuite, Trust},
 };
 
 /// `neqo-client` flags.
@@ -81,7 +85,7 @@ pub struct ClientArgs {
     /// TLS 1.3 cipher suites to offer, in order (repeatable or comma separated; default all,
     /// AES-128-GCM first).
     #[arg(long, value_enum, value_delimiter = ',')]
-    pub cipher_suite: Vec<CipherSuite>,
+    pub cipher_suite: Vec<super::choices::CipherSuiteArg>,
     /// Update each connection's keys once, early: as soon as the handshake is confirmed and
     /// the first response data arrives.
     #[arg(long)]
@@ -115,7 +119,7 @@ impl ClientArgs {
     /// `--keep-alive`: off at 0; else below the idle timeout, where it would never fire.
     fn keep_alive(&self) -> anyhow::Result<Option<Duration>> {
         match self.keep_alive {
-            None => Ok(Some(tls::CLIENT_KEEP_ALIVE)),
+            None => Ok(Some(neqo_driver::CLIENT_KEEP_ALIVE)),
             Some(0.0) => Ok(None),
             Some(s) => {
                 let idle = self.io.idle_timeout()?.as_secs_f64();
@@ -305,7 +309,7 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
     let trust = if args.insecure {
         Trust::Insecure
     } else if let Some(ca) = &args.ca {
-        Trust::Certs(crate::tls::read_certs(ca)?)
+        Trust::Certs(neqo_driver::tls::read_certs(ca)?)
     } else {
         Trust::Nobody
     };
@@ -327,13 +331,12 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
             ..args.io.transport()?
         },
         socket: crate::client::client_socket(args.io.socket()),
-        pacing: !args.io.no_pacing,
-        pacing_timer: args.io.pacing_timer,
+        driver: args.io.driver(),
         progress: !(args.no_progress || args.quiet),
         cipher_suites: if args.cipher_suite.is_empty() {
             CipherSuite::ALL.to_vec()
         } else {
-            args.cipher_suite.clone()
+            args.cipher_suite.iter().map(|&s| s.into()).collect()
         },
         key_update: args.key_update,
         cancel_after: args.cancel_after,

@@ -9,7 +9,7 @@ use std::{
 use anyhow::Context as _;
 use neqo_udp::IoMode;
 
-use crate::tls::{CongestionControl, TransportOptions};
+use neqo_driver::{DriverConfig, TransportOptions};
 
 /// I/O, pacing and transport flags both binaries take.
 #[derive(Debug, Clone, clap::Args)]
@@ -19,8 +19,8 @@ pub struct IoArgs {
     pub no_pacing: bool,
     /// What the pacer waits on: `precise` (a timerfd on Linux, tokio's timers elsewhere) or
     /// `tokio` (tokio's 1 ms timer grid, as on other platforms).
-    #[arg(long, value_enum, default_value_t = crate::driver::pacer::PacingTimer::Precise)]
-    pub pacing_timer: crate::driver::pacer::PacingTimer,
+    #[arg(long, value_enum, default_value_t = PacingTimerArg::Precise)]
+    pub pacing_timer: PacingTimerArg,
     /// Datagrams per receive syscall and messages per send syscall (1 to 128).
     #[arg(long, default_value_t = neqo_udp::DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
@@ -34,8 +34,8 @@ pub struct IoArgs {
     #[arg(long)]
     pub no_gro: bool,
     /// Congestion controller.
-    #[arg(long, value_enum, default_value_t = CongestionControl::Cubic)]
-    pub cc: CongestionControl,
+    #[arg(long, value_enum, default_value_t = CcArg::Cubic)]
+    pub cc: CcArg,
     /// Idle timeout in seconds (0.001 to 86400).
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     pub idle_timeout: f64,
@@ -69,6 +69,8 @@ pub struct IoArgs {
 }
 
 mod checks;
+mod choices;
+pub use choices::{CcArg, CipherSuiteArg, PacingTimerArg};
 mod client;
 mod server;
 
@@ -131,7 +133,7 @@ impl IoArgs {
         let Some(m) = self.max_mtu else {
             return Ok(None);
         };
-        let (lo, hi) = (crate::tls::MIN_MTU_BOUND, crate::tls::MAX_MTU_BOUND);
+        let (lo, hi) = (neqo_driver::MIN_MTU_BOUND, neqo_driver::MAX_MTU_BOUND);
         match u16::try_from(m) {
             Ok(m) if (lo..=hi).contains(&m) => Ok(Some(m)),
             _ => anyhow::bail!(
@@ -164,6 +166,14 @@ impl IoArgs {
             ))
     }
 
+    /// How the driver paces.
+    #[must_use]
+    pub fn driver(&self) -> DriverConfig {
+        DriverConfig::default()
+            .with_pacing(!self.no_pacing)
+            .with_pacing_timer(self.pacing_timer.into())
+    }
+
     /// Transport options.
     ///
     /// # Errors
@@ -173,7 +183,7 @@ impl IoArgs {
             idle_timeout: self.idle_timeout()?,
             max_mtu: self.max_mtu()?,
             ack_every: self.ack_every()?,
-            cc: self.cc,
+            cc: self.cc.into(),
             qlog_dir: self.qlog_dir.clone(),
             ..TransportOptions::default()
         })

@@ -9,12 +9,13 @@ use super::{
     check_count, check_positive, check_seconds, parse_size, shutdown_signal, write_json,
 };
 use crate::{
+    ALPN_HQ, ALPN_PERF,
     server::{
         Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, RetryPolicy, Server,
         ServerConfig, ServerId, ServerKeys, Steering,
     },
-    tls::{self, ALPN_HQ, ALPN_PERF, Identity},
 };
+use neqo_driver::tls::{self, Identity};
 
 /// `neqo-server` flags.
 #[derive(Debug, Clone, clap::Parser)]
@@ -296,18 +297,16 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         },
         transport: args.io.transport()?,
         socket: args.io.socket(),
-        pacing: !args.io.no_pacing,
-        pacing_timer: args.io.pacing_timer,
+        driver: args.io.driver().with_drain(match args.drain_timeout {
+            Some(secs) => check_seconds("--drain-timeout", secs, 0.0, MAX_DRAIN_TIMEOUT)?,
+            None => DRAIN_TIMEOUT,
+        }),
         stats_interval: args.io.stats.then_some(interval),
         workers: args.workers()?,
         steering: args.steering,
         server_id: args.server_id()?,
         cid_lifetime: args.cid_lifetime()?,
         metrics: args.metrics,
-        drain_timeout: match args.drain_timeout {
-            Some(secs) => check_seconds("--drain-timeout", secs, 0.0, MAX_DRAIN_TIMEOUT)?,
-            None => DRAIN_TIMEOUT,
-        },
         secrets: if args.keylog {
             tls::Secrets::Logged
         } else {

@@ -20,12 +20,8 @@ use super::{
     report,
     requests::{Open, Shared},
 };
-use crate::{
-    driver::{Application, Driver},
-    idmap::IdMap,
-    tls,
-    tls_counters::CountingClient,
-};
+use crate::idmap::IdMap;
+use neqo_driver::{Application, Driver, tls::counters::CountingClient};
 
 pub(super) struct ClientApp {
     remote: SocketAddr,
@@ -60,7 +56,7 @@ impl ClientApp {
         config: ClientConfig,
         progress: Option<Progress>,
     ) -> Self {
-        let h3 = (config.alpn == tls::ALPN_H3).then(|| {
+        let h3 = (config.alpn == crate::ALPN_H3).then(|| {
             Http3::new(
                 requests.clone(),
                 config.parallel,
@@ -170,7 +166,7 @@ impl ClientApp {
         let s = &mut self.shared;
         // Counted: Retries, 0-RTT and key updates go into the report's `tls`.
         let mut cc = quinn_proto::ClientConfig::new(CountingClient::wrap(self.crypto.clone()));
-        let label = tls::qlog_label("client");
+        let label = neqo_driver::qlog_label("client");
         match s.config.transport.transport(&label) {
             Ok(t) => {
                 cc.transport_config(Arc::new(t));

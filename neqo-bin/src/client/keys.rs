@@ -25,7 +25,7 @@ impl KeyUpdate {
     pub(super) fn poll(&mut self, conn: &mut Connection) {
         if self.wanted && !self.done && conn.stats().frame_rx.handshake_done > 0 {
             // Not done if quinn-proto was still in its own update: tried again next time.
-            self.done = crate::tls_counters::force_key_update(conn);
+            self.done = neqo_driver::tls::counters::force_key_update(conn);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The `hq-interop`, `perf` and HTTP/3 client.
 //!
 //! - [`run`], [`run_report`], [`run_async`]: a client run to completion.
-//! - `app`: the [`Application`](crate::driver::Application): connections opened at the
+//! - `app`: the [`Application`](neqo_driver::Application): connections opened at the
 //!   concurrency and rate asked for, their events routed, the report added up.
 //! - `requests`: one connection's requests, made, read, verified and saved.
 //! - `http3`: the HTTP/3 connections (`h3`), their requests as tasks.
@@ -31,9 +31,12 @@ pub use self::{
     report::ClientReport,
 };
 use crate::{
-    driver::Driver,
+    ALPN_H3, ALPN_HQ, ALPN_PERF,
     hq::{self, Target},
-    tls::{self, ALPN_H3, ALPN_HQ, ALPN_PERF, TransportOptions, Trust},
+};
+use neqo_driver::{
+    Driver, DriverConfig, TransportOptions,
+    tls::{self, Trust},
 };
 
 /// What a client does.
@@ -70,10 +73,8 @@ pub struct ClientConfig {
     /// Socket configuration. A client's default ([`client_socket`]) takes GRO runs without
     /// a copy.
     pub socket: neqo_udp::Config,
-    /// The driver paces.
-    pub pacing: bool,
-    /// What the driver's pacer waits on.
-    pub pacing_timer: crate::driver::pacer::PacingTimer,
+    /// How the driver paces.
+    pub driver: DriverConfig,
     /// Show a progress bar on a terminal (for transfers longer than a second).
     pub progress: bool,
     /// The TLS 1.3 cipher suites to offer, in order.
@@ -119,12 +120,11 @@ impl Default for ClientConfig {
             save: Save::Nothing,
             trust: Trust::Nobody,
             transport: TransportOptions {
-                keep_alive: Some(tls::CLIENT_KEEP_ALIVE),
+                keep_alive: Some(neqo_driver::CLIENT_KEEP_ALIVE),
                 ..TransportOptions::default()
             },
             socket: client_socket(neqo_udp::Config::default()),
-            pacing: true,
-            pacing_timer: crate::driver::pacer::PacingTimer::default(),
+            driver: DriverConfig::default(),
             progress: false,
             cipher_suites: tls::CipherSuite::ALL.to_vec(),
             key_update: false,
@@ -259,8 +259,8 @@ pub async fn run_until(
     let max_mtu = config
         .transport
         .max_mtu
-        .or((config.upload == 0).then_some(tls::DEFAULT_MTU_BOUND));
-    config.transport.mtu_upper_bound = tls::mtu_bound(Some(remote), max_mtu);
+        .or((config.upload == 0).then_some(neqo_driver::DEFAULT_MTU_BOUND));
+    config.transport.mtu_upper_bound = neqo_driver::mtu_bound(Some(remote), max_mtu);
     let local: SocketAddr = if remote.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -278,8 +278,7 @@ pub async fn run_until(
     for _ in 0..config.sockets {
         sockets.push(neqo_udp::Socket::bind(local, config.socket.clone())?);
     }
-    let mut driver =
-        Driver::new(sockets, None, config.pacing).with_pacing_timer(config.pacing_timer);
+    let mut driver = Driver::client(sockets, config.driver);
     let perf = config.alpn == ALPN_PERF;
     let mut requests = Vec::new();
     for u in &config.urls {

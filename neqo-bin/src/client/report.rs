@@ -8,7 +8,7 @@ use std::{
 use quinn_proto::{ConnectionError, TransportErrorCode};
 
 use super::{Percentiles, Spread};
-use crate::driver::Driver;
+use neqo_driver::Driver;
 
 /// What a client did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -64,10 +64,10 @@ pub struct ClientReport {
     /// The I/O mode.
     pub io: String,
     /// Driver counters (transmits, pacing waits, wake-ups).
-    pub driver: crate::driver::DriverCounters,
+    pub driver: neqo_driver::DriverCounters,
     /// What the handshakes did: Retries, full handshakes (the rest resumed), 0-RTT, key
     /// updates.
-    pub tls: crate::tls_counters::TlsCounters,
+    pub tls: neqo_driver::tls::counters::TlsCounters,
     /// What went wrong, one message each.
     pub errors: Vec<String>,
     /// Socket statistics.
@@ -166,7 +166,7 @@ impl ClientReport {
         self.kernel_drops = s.kernel_drops;
         self.pacing = driver.pacing();
         self.driver = driver.counters();
-        self.tls = crate::tls_counters::snapshot();
+        self.tls = neqo_driver::tls::counters::snapshot();
         self.io = io;
         if let (Some(a), Some(b)) = (first_connect, last_fin) {
             self.seconds = b.saturating_duration_since(a).as_secs_f64();

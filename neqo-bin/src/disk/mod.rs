@@ -3,7 +3,7 @@
 //! The driver thread must never block on a disk (or a network file system), so every open,
 //! read, create and write runs as a job on tokio's blocking pool, and its result comes back
 //! through [`Jobs`], which the application polls from
-//! [`Application::poll_wake`](crate::driver::Application::poll_wake): a finished job wakes
+//! [`Application::poll_wake`](neqo_driver::Application::poll_wake): a finished job wakes
 //! the driver, whose next turn lets the application act on it.
 //!
 //! Memory stays bounded because the callers keep at most one job in flight per stream, each

@@ -12,7 +12,7 @@ use std::{
 use quinn_proto::{Connection, ConnectionHandle, Event};
 
 use super::{Engine, tasks::Notifier};
-use crate::driver::Driver;
+use neqo_driver::Driver;
 
 /// The connections, each an [`Engine`] and the application's `T`.
 #[derive(Debug)]
@@ -136,7 +136,7 @@ impl<T> Connections<T> {
         !self.again.is_empty()
     }
 
-    /// For [`Application::poll_wake`](crate::driver::Application::poll_wake): ready when a
+    /// For [`Application::poll_wake`](neqo_driver::Application::poll_wake): ready when a
     /// task was woken off the driver's thread.
     pub fn poll_wake(&self, cx: &mut Context<'_>) -> Poll<()> {
         self.notifier.poll(cx)

@@ -42,7 +42,7 @@ impl Notifier {
         std::mem::take(&mut *self.ready.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// For [`Application::poll_wake`](crate::driver::Application::poll_wake): ready when a
+    /// For [`Application::poll_wake`](neqo_driver::Application::poll_wake): ready when a
     /// connection has been woken; else the driver's waker is kept for the next wake.
     pub fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
         *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());

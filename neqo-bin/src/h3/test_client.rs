@@ -8,9 +8,10 @@ use bytes::{Buf as _, Bytes};
 use quinn_proto::{ConnectionHandle, Event};
 
 use super::{Engine, UNI_STREAMS};
-use crate::{
-    driver::{Application, Driver},
-    tls::{self, ALPN_H3, TransportOptions, Trust},
+use crate::ALPN_H3;
+use neqo_driver::{
+    Application, Driver, TransportOptions,
+    tls::{self, Trust},
 };
 
 /// A client's QUIC configuration for HTTP/3: ALPN `h3`, any certificate, room for the

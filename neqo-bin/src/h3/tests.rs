@@ -1,5 +1,5 @@
 //! `h3` over the driver, both ends on the in-memory network of
-//! [`driver::testing`](crate::driver::testing): requests and responses byte-exact, many at
+//! [`driver::testing`](neqo_driver::testing): requests and responses byte-exact, many at
 //! once, through loss; the mailbox left empty.
 
 use std::{
@@ -18,13 +18,11 @@ use super::{
     tasks::Spawner,
     test_client::{Client, Got},
 };
-use crate::{
-    driver::{
-        Application, Driver,
-        testing::{Behaviour, Network},
-    },
-    pattern,
-    tls::{self, Identity, TransportOptions, Trust},
+use crate::pattern;
+use neqo_driver::{
+    Application, Driver, TransportOptions,
+    testing::{Behaviour, Network},
+    tls::{self, Identity, Trust},
 };
 
 const SERVER: SocketAddr =
@@ -162,13 +160,13 @@ impl Pair {
             vec![net.path(SERVER, Behaviour::default())],
             EndpointConfig::default(),
             Some(Arc::new(server_config)),
-            true,
+            neqo_driver::DriverConfig::default(),
         );
         let client = Driver::with_datapaths(
             vec![net.path(CLIENT, Behaviour::default())],
             EndpointConfig::default(),
             None,
-            true,
+            neqo_driver::DriverConfig::default(),
         );
         Self {
             net,

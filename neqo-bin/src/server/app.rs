@@ -22,10 +22,7 @@ use super::{
     requests::Requests,
     worker::Shared,
 };
-use crate::{
-    driver::{Admission, Application, Driver},
-    tls,
-};
+use neqo_driver::{Admission, Application, Driver, tls};
 
 /// One worker's application: its share of the limits, its connections' requests, its report.
 pub(super) struct ServerApp {
@@ -161,7 +158,7 @@ impl Application for ServerApp {
         // The ALPN is known once the client's hello is read, before any stream (0-RTT ones
         // included) is opened.
         if matches!(event, Event::HandshakeDataReady)
-            && tls::negotiated_alpn(conn).as_deref() == Some(tls::ALPN_H3)
+            && tls::negotiated_alpn(conn).as_deref() == Some(crate::ALPN_H3)
         {
             self.requests.gone(ch);
             self.http3.start(ch, conn, self.windows.window(ch), now);

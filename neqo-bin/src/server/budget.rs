@@ -39,7 +39,7 @@
 //! beyond it (or half as much again as the data); neqo-udp hands every datagram over in an
 //! allocation of its own size, so those rules count real memory. A connection's worst case
 //! is therefore about two and a half times its window, plus 32 KiB for each of its up to
-//! [`MAX_CONCURRENT_STREAMS`](crate::tls::MAX_CONCURRENT_STREAMS) streams, plus quinn-proto's
+//! [`MAX_CONCURRENT_STREAMS`](neqo_driver::MAX_CONCURRENT_STREAMS) streams, plus quinn-proto's
 //! bounded crypto buffers. The protocols on top hold little beside: an `hq-interop` request
 //! line or an HTTP/3 header section of at most 8 KiB per stream while it arrives (the rest of
 //! an HTTP/3 stream's frames are streamed or skipped, `http3`). DATAGRAM frames, which

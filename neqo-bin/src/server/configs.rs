@@ -1,13 +1,13 @@
 //! The server config of each connection: the endpoint's, unless the connection needs one of
 //! its own, for a qlog stream (`--qlog-dir`) or for the path MTU bound of the route to its
-//! peer ([`tls::mtu_bound`]) where a listen address reaches other hosts.
+//! peer ([`neqo_driver::mtu_bound`]) where a listen address reaches other hosts.
 
 use std::{collections::HashMap, net::SocketAddr, sync::Arc};
 
 use quinn_proto::ServerConfig;
 
 use super::MIN_WINDOW;
-use crate::tls::{self, TransportOptions};
+use neqo_driver::TransportOptions;
 
 /// Configs kept by MTU bound: routes have few distinct MTUs, but the kernel's path MTU cache
 /// takes values from ICMP messages anyone can send, so the cache is bounded; beyond it a
@@ -47,7 +47,7 @@ impl ConnectionConfigs {
     /// qlog stream cannot be made: logged).
     pub(super) fn for_peer(&mut self, peer: SocketAddr) -> Option<Arc<ServerConfig>> {
         let bound = if self.per_peer {
-            tls::mtu_bound(Some(peer), self.transport.max_mtu)
+            neqo_driver::mtu_bound(Some(peer), self.transport.max_mtu)
         } else {
             self.transport.mtu_upper_bound
         };
@@ -56,7 +56,7 @@ impl ConnectionConfigs {
 
     fn for_bound(&mut self, bound: u16) -> Option<Arc<ServerConfig>> {
         if self.transport.qlog_dir.is_some() {
-            return self.make(bound, &tls::qlog_label("server"));
+            return self.make(bound, &neqo_driver::qlog_label("server"));
         }
         if bound == self.transport.mtu_upper_bound {
             return None;
@@ -93,11 +93,12 @@ impl ConnectionConfigs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::{ALPN_HQ, Identity, ROUTE_MTU_CAP};
+    use crate::ALPN_HQ;
+    use neqo_driver::{ROUTE_MTU_CAP, tls::Identity};
 
     fn configs(listen: &str, max_mtu: Option<u16>) -> ConnectionConfigs {
         let identity = Identity::self_signed().unwrap();
-        let crypto = tls::server_crypto(&identity, &[ALPN_HQ.to_owned()]).unwrap();
+        let crypto = neqo_driver::tls::server_crypto(&identity, &[ALPN_HQ.to_owned()]).unwrap();
         let base = Arc::new(ServerConfig::with_crypto(crypto));
         let listen: Vec<SocketAddr> = vec![listen.parse().unwrap()];
         let transport = TransportOptions {
@@ -119,7 +120,7 @@ mod tests {
     #[test]
     fn a_wildcard_listener_looks_up_each_peers_route_and_keeps_the_config() {
         let mut c = configs("0.0.0.0:0", None);
-        assert_eq!(c.transport.mtu_upper_bound, tls::DEFAULT_MTU_BOUND);
+        assert_eq!(c.transport.mtu_upper_bound, neqo_driver::DEFAULT_MTU_BOUND);
         // Loopback's route carries 64 KiB: the default cap applies.
         let first = c.for_peer("127.0.0.1:5000".parse().unwrap()).unwrap();
         let again = c.for_peer("127.0.0.2:5001".parse().unwrap()).unwrap();
@@ -141,6 +142,6 @@ mod tests {
             assert!(c.for_bound(bound).is_some(), "{bound}");
         }
         assert_eq!(c.by_bound.len(), CACHED_BOUNDS);
-        assert!(c.for_bound(tls::DEFAULT_MTU_BOUND).is_none());
+        assert!(c.for_bound(neqo_driver::DEFAULT_MTU_BOUND).is_none());
     }
 }

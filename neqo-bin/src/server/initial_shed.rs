@@ -5,7 +5,7 @@
 //! issues names its worker, so an attacker that probes its own source ports learns which
 //! reach one worker and floods from those: that worker decrypts (and answers with a Retry, at
 //! least) every Initial while the others idle, and its socket overflows. Reading a datagram
-//! is cheap next to that, so while the driver is behind ([`crate::driver::BEHIND_HOLD`]) each
+//! is cheap next to that, so while the driver is behind ([`neqo_driver::BEHIND_HOLD`]) each
 //! worker counts the Initials it reads per address prefix (IPv6 /48, /56, /64; IPv4 /24, /32,
 //! as the admission shares do) in windows of [`WINDOW`], and drops unread those of a prefix
 //! over its limit: [`LEAF_LIMIT`] kept per window for one address (or /64), doubling per

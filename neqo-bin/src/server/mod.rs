@@ -2,7 +2,7 @@
 //!
 //! - [`Server`]: binds and starts its workers, each on a thread of its own; [`ServerHandle`]
 //!   runs one for tests and benches.
-//! - `app`: the [`Application`](crate::driver::Application): admission, receive windows,
+//! - `app`: the [`Application`](neqo_driver::Application): admission, receive windows,
 //!   handshakes given up, stats.
 //! - `requests`: each connection's requests, read and answered, with files read off the
 //!   driver thread ([`crate::disk`]).
@@ -62,9 +62,10 @@ pub use self::{
     report::{ServerReport, WorkerSummary},
     steering::Steering,
 };
-use crate::{
-    hq,
-    tls::{self, ALPN_HQ, ALPN_PERF, Identity, TransportOptions},
+use crate::{ALPN_HQ, ALPN_PERF, hq};
+use neqo_driver::{
+    DriverConfig, TransportOptions,
+    tls::{self, Identity},
 };
 
 /// Stream error code for a request the server will not serve ([`hq::REFUSED`]).
@@ -94,10 +95,10 @@ pub struct ServerConfig {
     pub transport: TransportOptions,
     /// Socket configuration.
     pub socket: neqo_udp::Config,
-    /// The driver paces.
-    pub pacing: bool,
-    /// What the driver's pacer waits on.
-    pub pacing_timer: crate::driver::pacer::PacingTimer,
+    /// How the workers' drivers pace, and how long a shutdown lets HTTP/3 connections finish
+    /// the requests they accepted after their GOAWAY (`--drain-timeout`; by default
+    /// [`DRAIN_TIMEOUT`]); a zero drain closes every connection at once.
+    pub driver: DriverConfig,
     /// Print stats to stderr this often.
     pub stats_interval: Option<Duration>,
     /// Worker threads, each with its own runtime, driver, endpoint and sockets (1 to
@@ -114,15 +115,12 @@ pub struct ServerConfig {
     pub cid_lifetime: Option<Duration>,
     /// Serve the counters for Prometheus on this TCP address (`--metrics`).
     pub metrics: Option<SocketAddr>,
-    /// How long a shutdown lets HTTP/3 connections finish the requests they accepted after
-    /// their GOAWAY (`--drain-timeout`); zero closes every connection at once.
-    pub drain_timeout: Duration,
     /// Whether the TLS secrets are written to the file `SSLKEYLOGFILE` names (`--keylog`);
     /// never by default, whatever the environment says.
     pub secrets: tls::Secrets,
 }
 
-/// The default [`ServerConfig::drain_timeout`]: room for a response under way, short enough
+/// The default drain period of [`ServerConfig::driver`]: room for a response under way, short enough
 /// that a stop is not felt as a hang.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -141,15 +139,13 @@ impl Default for ServerConfig {
             budget: Budget::default(),
             transport: TransportOptions::default(),
             socket: neqo_udp::Config::default(),
-            pacing: true,
-            pacing_timer: crate::driver::pacer::PacingTimer::default(),
+            driver: DriverConfig::default().with_drain(DRAIN_TIMEOUT),
             stats_interval: None,
             workers: 1,
             steering: Steering::Auto,
             server_id: None,
             cid_lifetime: None,
             metrics: None,
-            drain_timeout: DRAIN_TIMEOUT,
             secrets: tls::Secrets::Kept,
         }
     }
@@ -172,17 +168,17 @@ impl ServerConfig {
     }
 }
 
-/// The endpoint's bound for path MTU discovery ([`tls::mtu_bound`]), the smallest over its
+/// The endpoint's bound for path MTU discovery ([`neqo_driver::mtu_bound`]), the smallest over its
 /// listen addresses: a loopback address's within what loopback carries; an address that can
 /// reach other hosts has the route of no one peer in particular, so `max_mtu` as given or
-/// [`tls::DEFAULT_MTU_BOUND`], and each connection gets its peer's at admission
+/// [`neqo_driver::DEFAULT_MTU_BOUND`], and each connection gets its peer's at admission
 /// ([`configs::ConnectionConfigs`]).
 fn listen_mtu_bound(listen: &[SocketAddr], max_mtu: Option<u16>) -> u16 {
     listen
         .iter()
-        .map(|a| tls::mtu_bound(a.ip().is_loopback().then_some(*a), max_mtu))
+        .map(|a| neqo_driver::mtu_bound(a.ip().is_loopback().then_some(*a), max_mtu))
         .min()
-        .unwrap_or(tls::DEFAULT_MTU_BOUND)
+        .unwrap_or(neqo_driver::DEFAULT_MTU_BOUND)
 }
 
 /// What every worker of a server of `config` starts from, and the certificate chain it serves:
@@ -214,7 +210,7 @@ fn prepare(
     let crypto = tls::server_crypto_with(&identity, &config.alpns, config.secrets)?;
     let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
     config.transport.mtu_upper_bound = listen_mtu_bound(&config.listen, config.transport.max_mtu);
-    if config.alpns.iter().any(|a| a == tls::ALPN_H3) {
+    if config.alpns.iter().any(|a| a == crate::ALPN_H3) {
         config.transport.uni_streams = crate::h3::UNI_STREAMS;
     }
     // Per-connection qlog streams are made at admission; the shared config has none.

@@ -1,7 +1,7 @@
 //! What a server did: [`ServerReport`].
 
 use super::{AdmissionCounters, DispatchReport, ledger::Ledger};
-use crate::driver::{Driver, DriverCounters};
+use neqo_driver::{Driver, DriverCounters};
 
 /// One worker's share of the work.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -66,7 +66,7 @@ pub struct ServerReport {
     pub open_connections: u64,
     /// What the handshakes did: tickets redeemed (resumptions), 0-RTT accepted, key
     /// updates.
-    pub tls: crate::tls_counters::TlsCounters,
+    pub tls: neqo_driver::tls::counters::TlsCounters,
     /// Socket statistics.
     #[serde(serialize_with = "crate::report::serialize_stats")]
     pub socket: neqo_udp::Stats,
@@ -219,7 +219,7 @@ impl ServerReport {
         self.tx_datagrams_per_syscall = s.tx.datagrams_per_syscall();
         self.kernel_drops = s.kernel_drops;
         self.driver = driver.counters();
-        self.tls = crate::tls_counters::snapshot();
+        self.tls = neqo_driver::tls::counters::snapshot();
         self.open_connections = driver.open_connections() as u64;
         self.lost_packets = self.driver.lost_packets + live_lost;
     }

@@ -26,7 +26,7 @@ use super::{
     served_thread::{Ended, ServedThread, panic_message},
     steering::{Bound, BoundSockets},
 };
-use crate::driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
+use neqo_driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
 
 /// What every worker starts from.
 pub(super) struct Shared {
@@ -98,14 +98,12 @@ pub(super) fn parts(
     let endpoint = config
         .keys
         .endpoint_config(&shared.layout, index, config.cid_lifetime);
-    let mut driver = Driver::with_datapaths(
+    let driver = Driver::with_datapaths(
         datapaths,
         endpoint,
         Some(shared.server_config.clone()),
-        config.pacing,
-    )
-    .with_pacing_timer(config.pacing_timer);
-    driver.set_drain(config.drain_timeout);
+        config.driver,
+    );
     let app = ServerApp::new(index, shared, config, now);
     (driver, app)
 }

@@ -15,12 +15,16 @@ use std::{
 };
 
 use crate::{
+    ALPN_HQ,
     body::{self, ReadEnd},
-    driver::{Application, Driver, run_client},
     pattern,
-    tls::{self, ALPN_HQ, TransportOptions, Trust},
 };
+
 use bytes::Bytes;
+use neqo_driver::{
+    Application, Driver, TransportOptions, run_client,
+    tls::{self, Trust},
+};
 use quinn_proto::{
     Connection, ConnectionHandle, ConnectionStats, Dir, Event, StreamEvent, StreamId, VarInt,
 };

@@ -10,10 +10,9 @@
 
 use std::process::Command;
 
-use neqo_bin::{
-    testing::canceller::{self, Cancel, Canceller, DEADLINE},
-    tls::Trust,
-};
+use neqo_bin::testing::canceller::{self, Cancel, Canceller, DEADLINE};
+
+use neqo_driver::tls::Trust;
 
 /// The server's stream limit.
 const MAX_STREAMS: &str = "100";

@@ -3,10 +3,9 @@
 
 use std::{process::Command, time::Duration};
 
-use neqo_bin::{
-    client::{self, ClientConfig},
-    tls::Trust,
-};
+use neqo_bin::client::{self, ClientConfig};
+
+use neqo_driver::tls::Trust;
 
 #[test]
 fn concurrent_connections_against_msquic() {

@@ -145,7 +145,7 @@ pub async fn get(
 fn quiche_config() -> anyhow::Result<quiche::Config> {
     let mut c = quiche::Config::new(quiche::PROTOCOL_VERSION)?;
     c.verify_peer(false);
-    c.set_application_protos(&[neqo_bin::tls::ALPN_HQ.as_bytes()])?;
+    c.set_application_protos(&[neqo_bin::ALPN_HQ.as_bytes()])?;
     c.set_max_idle_timeout(10_000);
     c.set_max_recv_udp_payload_size(65_527);
     c.set_max_send_udp_payload_size(1_452);

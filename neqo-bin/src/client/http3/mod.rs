@@ -19,7 +19,6 @@ use quinn_proto::{Connection, ConnectionHandle, Event};
 
 use super::{Save, output::Sink};
 use crate::{
-    driver::Driver,
     h3::{
         connections::Connections,
         handles::{H3Connection, Opener},
@@ -27,6 +26,7 @@ use crate::{
     },
     hq,
 };
+use neqo_driver::Driver;
 
 mod request;
 

@@ -37,10 +37,11 @@ use session::{Session, Shared};
 
 use crate::{
     disk::{Jobs, Root},
-    driver::Driver,
     hq,
     idmap::IdMap,
 };
+
+use neqo_driver::Driver;
 
 /// The largest request header section taken (`SETTINGS_MAX_FIELD_SECTION_SIZE`, RFC 9114
 /// section 4.2.2): the same bound as an `hq-interop` request line.

@@ -65,7 +65,7 @@ fn an_upload_many_times_its_connection_window_completes() {
     let c = minimal_budget();
     let mut b = Bench::new(c, &[], &[]);
     let mut client_config = quinn_proto::ClientConfig::new(
-        tls::client_crypto(&Trust::Insecure, tls::ALPN_PERF).unwrap(),
+        tls::client_crypto(&Trust::Insecure, crate::ALPN_PERF).unwrap(),
     );
     client_config.transport_config(Arc::new(
         TransportOptions::default().transport("client").unwrap(),
@@ -84,7 +84,7 @@ fn an_upload_many_times_its_connection_window_completes() {
         vec![b.net.path(client(20, 5000), Behaviour::default())],
         EndpointConfig::default(),
         None,
-        true,
+        neqo_driver::DriverConfig::default(),
     );
     for turn in 0..TURNS {
         let s = b.net.turn(&mut b.server, &mut b.app).unwrap();

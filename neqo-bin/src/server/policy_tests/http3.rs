@@ -12,16 +12,16 @@ use quinn_proto::{ConnectionError, EndpointConfig, VarInt};
 
 use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
 use crate::{
-    driver::{
-        Driver,
-        testing::{Behaviour, Network},
-    },
+    ALPN_H3, ALPN_HQ,
     h3::{
         test_client::{self, Cancel, Client, Got},
         tests::pattern_body,
     },
     server::ServerReport,
-    tls::{ALPN_H3, ALPN_HQ},
+};
+use neqo_driver::{
+    Driver,
+    testing::{Behaviour, Network},
 };
 
 /// A root with a page, an image and a large file; removed when dropped.
@@ -74,7 +74,7 @@ fn exchange_with(
         vec![net.path(client(2, 5000), Behaviour::default())],
         EndpointConfig::default(),
         None,
-        true,
+        neqo_driver::DriverConfig::default(),
     );
     // The file reads run on tokio's blocking pool, in real time: when nothing is due in
     // virtual time, the loop waits for them (bounded).
@@ -303,7 +303,7 @@ fn shut_down_mid_response(drain: Duration) -> (ServerReport, Client) {
     let config = ServerConfig {
         listen: vec![SERVER],
         alpns: vec![ALPN_H3.into()],
-        drain_timeout: drain,
+        driver: neqo_driver::DriverConfig::default().with_drain(drain),
         ..ServerConfig::default()
     };
     let c = Client::new(SERVER, test_client::config(), &[("GET", LEN)]).staying_open();

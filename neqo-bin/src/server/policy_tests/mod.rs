@@ -1,5 +1,5 @@
 //! The server's policies in virtual time, on the in-memory network of
-//! [`driver::testing`](crate::driver::testing): admission (the half-open table, eviction, the
+//! [`driver::testing`](neqo_driver::testing): admission (the half-open table, eviction, the
 //! handshake timeout), the receive budget and Retry. A worker's driver and application as the
 //! server builds them ([`prepare`](super::prepare), [`worker::parts`](super::worker::parts)),
 //! reached by clients on a client driver and by hand-made Initials that never go on. The
@@ -21,13 +21,11 @@ use quinn_proto::{
 use super::{
     Budget, Limits, MIN_WINDOW, RetryPolicy, ServerConfig, app::ServerApp, prepare, worker,
 };
-use crate::{
-    driver::{
-        Application, Driver,
-        testing::{Behaviour, Network},
-    },
-    hq, pattern,
-    tls::{self, ALPN_HQ, TransportOptions, Trust},
+use crate::{ALPN_HQ, hq, pattern};
+use neqo_driver::{
+    Application, Driver, TransportOptions,
+    testing::{Behaviour, Network},
+    tls::{self, Trust},
 };
 
 const SERVER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4433);
@@ -200,7 +198,7 @@ impl Bench {
                 .collect(),
             EndpointConfig::default(),
             None,
-            true,
+            neqo_driver::DriverConfig::default(),
         );
         let plan = plan.iter().map(|&(t, p, c)| (start + t, p, c)).collect();
         Self {

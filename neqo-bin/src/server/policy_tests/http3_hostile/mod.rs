@@ -16,15 +16,15 @@ use quinn_proto::{
 
 use super::{MIN_WINDOW, ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
 use crate::{
-    driver::{
-        Application, Driver,
-        testing::{Behaviour, Network},
-    },
+    ALPN_H3,
     h3::{
         test_client::{self, Client, Got},
         tests::pattern_body,
     },
-    tls::ALPN_H3,
+};
+use neqo_driver::{
+    Application, Driver,
+    testing::{Behaviour, Network},
 };
 
 fn varint(v: u64, out: &mut Vec<u8>) {
@@ -265,7 +265,7 @@ impl Bench {
             vec![self.net.path(from, Behaviour::default())],
             EndpointConfig::default(),
             None,
-            true,
+            neqo_driver::DriverConfig::default(),
         );
         let start = self.net.now();
         for _ in 0..TURNS {

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 /// A TLS 1.3 cipher suite a client may offer (`--cipher-suite`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum CipherSuite {
     /// `TLS_AES_128_GCM_SHA256`.
     Aes128gcm,

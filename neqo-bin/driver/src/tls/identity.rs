@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
-use anyhow::{Context as _, bail};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, pem::PemObject as _};
+
+use crate::ConfigError;
 
 /// A certificate chain and its key.
 #[derive(Debug)]
@@ -27,13 +28,13 @@ impl Identity {
     ///
     /// # Errors
     /// When rcgen fails.
-    pub fn self_signed() -> anyhow::Result<Self> {
+    pub fn self_signed() -> Result<Self, ConfigError> {
         let ck = rcgen::generate_simple_self_signed(vec![
             "localhost".to_owned(),
             "127.0.0.1".to_owned(),
             "::1".to_owned(),
         ])
-        .context("generating a self-signed certificate")?;
+        .map_err(ConfigError::SelfSigned)?;
         Ok(Self {
             chain: vec![ck.cert.der().clone()],
             key: PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()).into(),
@@ -44,14 +45,12 @@ impl Identity {
     ///
     /// # Errors
     /// Unreadable or empty files, with the path in the message.
-    pub fn from_pem_files(cert: &Path, key: &Path) -> anyhow::Result<Self> {
+    pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Self, ConfigError> {
         let chain = read_certs(cert)?;
-        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot read private key {}: {}",
-                key.display(),
-                pem_error(&e)
-            )
+        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| ConfigError::Pem {
+            what: "private key",
+            path: key.to_owned(),
+            reason: pem_error(&e),
         })?;
         Ok(Self { chain, key })
     }
@@ -69,18 +68,16 @@ fn pem_error(e: &rustls::pki_types::pem::Error) -> String {
 ///
 /// # Errors
 /// Unreadable file or no certificate in it.
-pub fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot read certificate {}: {}",
-                path.display(),
-                pem_error(&e)
-            )
+        .map_err(|e| ConfigError::Pem {
+            what: "certificate",
+            path: path.to_owned(),
+            reason: pem_error(&e),
         })?;
     if certs.is_empty() {
-        bail!("no certificate in {}", path.display());
+        return Err(ConfigError::NoCertificate(path.to_owned()));
     }
     Ok(certs)
 }

@@ -4,17 +4,15 @@
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use anyhow::Context as _;
 use quinn_proto::{
     AckFrequencyConfig, IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt,
     congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig},
 };
 
-use crate::driver::congestion::HandshakeFloorFactory;
+use crate::{ConfigError, congestion::HandshakeFloorFactory};
 
 /// Congestion controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum CongestionControl {
     /// RFC 9002 NewReno.
     Newreno,
@@ -57,7 +55,7 @@ pub struct TransportOptions {
     /// extension; a peer without it ignores the request). `None`: RFC 9000's every second.
     pub ack_every: Option<u32>,
     /// Unidirectional streams the peer may open at once: none for `hq-interop` and `perf`,
-    /// [`crate::h3::UNI_STREAMS`] for HTTP/3 (its control and QPACK streams, RFC 9114
+    /// at least three for HTTP/3 (its control and QPACK streams, RFC 9114
     /// section 6.2).
     pub uni_streams: u32,
 }
@@ -142,15 +140,15 @@ impl TransportOptions {
     ///
     /// # Errors
     /// An idle timeout out of range, or a qlog file that cannot be created.
-    pub fn transport(&self, label: &str) -> anyhow::Result<TransportConfig> {
+    pub fn transport(&self, label: &str) -> Result<TransportConfig, ConfigError> {
         let mut t = TransportConfig::default();
         t.max_idle_timeout(Some(
-            IdleTimeout::try_from(self.idle_timeout).context("idle timeout out of range")?,
+            IdleTimeout::try_from(self.idle_timeout).map_err(|_| ConfigError::IdleTimeout)?,
         ));
         // Loopback with two busy cores sees millisecond RTTs under load: large windows.
         t.stream_receive_window(VarInt::from_u32(16 << 20));
         t.receive_window(
-            VarInt::from_u64(self.receive_window).context("receive window too large")?,
+            VarInt::from_u64(self.receive_window).map_err(|_| ConfigError::ReceiveWindow)?,
         );
         t.send_window(32 << 20);
         t.max_concurrent_bidi_streams(VarInt::from_u32(MAX_CONCURRENT_STREAMS));
@@ -177,11 +175,10 @@ impl TransportOptions {
         };
         t.congestion_controller_factory(Arc::new(HandshakeFloorFactory::new(cc)));
         if let Some(dir) = &self.qlog_dir {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating qlog dir {}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|e| ConfigError::Qlog(dir.clone(), e))?;
             let path = dir.join(format!("{label}.sqlog"));
-            let file = std::fs::File::create(&path)
-                .with_context(|| format!("creating {}", path.display()))?;
+            let file =
+                std::fs::File::create(&path).map_err(|e| ConfigError::Qlog(path.clone(), e))?;
             let mut q = quinn_proto::QlogConfig::default();
             q.writer(Box::new(std::io::BufWriter::new(file)))
                 .title(Some(label.to_owned()));

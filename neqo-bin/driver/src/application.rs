@@ -62,7 +62,7 @@ pub trait Application {
         false
     }
 
-    /// The driver is shutting down and has a drain period ([`Driver::set_drain`]): the
+    /// The driver is shutting down and has a drain period ([`DriverConfig::drain`](crate::DriverConfig::drain)): the
     /// application tells its peers so where its protocol can (HTTP/3's GOAWAY) and returns
     /// whether it has work under way worth letting finish. If so, the driver refuses new
     /// connections and serves the open ones until [`settled`](Self::settled) or the period

@@ -9,10 +9,10 @@ use rustls::{
     pki_types::{CertificateDer, ServerName, UnixTime},
 };
 
-use crate::tls_counters;
+use super::counters;
 
 /// Counts the certificates verified, i.e. the full handshakes
-/// ([`TlsCounters::full_handshakes`](crate::tls_counters::TlsCounters::full_handshakes)).
+/// ([`TlsCounters::full_handshakes`](super::TlsCounters::full_handshakes)).
 #[derive(Debug)]
 pub(super) struct CountingVerifier(pub(super) Arc<dyn ServerCertVerifier>);
 
@@ -25,7 +25,7 @@ impl ServerCertVerifier for CountingVerifier {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        tls_counters::count_full_handshake();
+        counters::count_full_handshake();
         self.0
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
     }

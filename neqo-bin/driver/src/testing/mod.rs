@@ -11,7 +11,7 @@
 //!
 //! ```
 //! # use std::time::{Duration, Instant};
-//! # use neqo_bin::driver::testing::{Behaviour, Network};
+//! # use neqo_driver::testing::{Behaviour, Network};
 //! let net = Network::new(7, Instant::now()).with_one_way(Duration::from_millis(10));
 //! let server = net.path("127.0.0.1:4433".parse().unwrap(), Behaviour::default());
 //! let client = net.path("127.0.0.1:5555".parse().unwrap(), Behaviour::default());

@@ -12,7 +12,7 @@ use bytes::BytesMut;
 use neqo_udp::{Datagram, Sent, Stats, Transmit};
 
 use super::{Behaviour, Network};
-use crate::driver::Datapath;
+use crate::Datapath;
 
 /// A datapath on the network.
 pub(super) struct Path {

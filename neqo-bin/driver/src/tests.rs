@@ -16,7 +16,7 @@ use super::{
     testing::{Behaviour, Network},
     *,
 };
-use crate::tls::{self, Identity, TransportOptions, Trust};
+use crate::tls::{self, Identity, Trust};
 
 /// Bytes the client asks for.
 const DOWNLOAD: usize = 3 << 20;
@@ -206,13 +206,13 @@ impl Pair {
             vec![net.path(SERVER, server_how)],
             EndpointConfig::default(),
             Some(Arc::new(server_config)),
-            pacing,
+            DriverConfig::default().with_pacing(pacing),
         );
         let client = Driver::with_datapaths(
             vec![net.path(CLIENT, client_how)],
             EndpointConfig::default(),
             None,
-            pacing,
+            DriverConfig::default().with_pacing(pacing),
         );
         Self {
             net,

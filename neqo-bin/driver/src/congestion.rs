@@ -60,10 +60,6 @@ impl Floor {
 }
 
 /// Builds [`HandshakeFloor`]s around the controllers `inner` builds.
-#[expect(
-    missing_debug_implementations,
-    reason = "quinn-proto's factories are not Debug"
-)]
 pub struct HandshakeFloorFactory {
     inner: Arc<dyn ControllerFactory + Send + Sync>,
 }
@@ -85,10 +81,6 @@ impl ControllerFactory for HandshakeFloorFactory {
 
 /// A controller whose window is at least its initial window until [`FLOOR_ACKED`] packets
 /// are acknowledged; otherwise `inner`'s, which sees every event unchanged.
-#[expect(
-    missing_debug_implementations,
-    reason = "quinn-proto's controllers are not Debug"
-)]
 pub struct HandshakeFloor {
     inner: Box<dyn Controller>,
     floor: Floor,

@@ -50,12 +50,6 @@ impl Slot {
         }
     }
 
-    /// The live deadline.
-    #[must_use]
-    pub const fn deadline(&self) -> Option<Instant> {
-        self.armed
-    }
-
     /// Whether the entry of `generation` is the live one.
     #[must_use]
     pub const fn is_live(&self, generation: u64) -> bool {
@@ -104,12 +98,6 @@ impl Scheduler {
     #[must_use]
     pub fn len(&self) -> usize {
         self.heap.len()
-    }
-
-    /// Whether no entry is held.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
     }
 
     /// Drops stale entries: rebuilds the heap from the live deadlines.

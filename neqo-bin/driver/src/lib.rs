@@ -1,43 +1,51 @@
-//! The endpoint driver: one quinn-proto `Endpoint` and its connections over one or more
-//! [`Datapath`]s (neqo-udp sockets), on the current task.
+//! A QUIC endpoint driver: quinn-proto's sans-I/O endpoint and connections over
+//! [`neqo_udp`]'s batched sockets, paced, on the current task.
 //!
 //! Data flows one way through it:
 //!
 //! ```text
-//! kernel -> Datapath::recv (rx) -> Endpoint::handle / Connection::handle_event
-//!        -> Application::event (events) -> Connection::poll_transmit (tx)
+//! kernel -> Datapath::recv -> Endpoint::handle / Connection::handle_event
+//!        -> Application::event -> Connection::poll_transmit
 //!        -> the path's TxQueue -> Datapath::send -> kernel
 //! ```
 //!
-//! Each [`turn`](Driver::turn) fires due wake-ups from the one [`scheduler`] (quinn-proto
-//! timers and pacer releases alike), routes the events of connections something happened to,
-//! lets the [`Application`] act, and asks every ready connection for transmits, round robin
-//! and paced, flushing a syscall's worth at a time. [`run`](Driver::run) alternates turns with
-//! waiting for readiness, the next wake-up or shutdown, and receiving.
+//! Each [`turn`](Driver::turn) fires due wake-ups (quinn-proto timers and pacer releases
+//! alike), routes the events of connections something happened to, lets the [`Application`]
+//! act, and asks every ready connection for transmits, round robin and paced, flushing a
+//! syscall's worth at a time. [`run`](Driver::run) alternates turns with waiting for
+//! readiness, the next wake-up or shutdown, and receiving.
 //!
-//! Modules: `conns` (the connection table), `scheduler`, `rx`, `events`, `tx` (the send
-//! round), `datapath` (what a socket must offer), `channel` (a datapath fed by a dispatcher
-//! over a channel), `application` (what a protocol implements), `standalone`
-//! ([`run_client`]: a driver on a runtime of its own), [`pacer`] and [`precise_timer`] (the
-//! driver's pacing and the timer it waits on), [`congestion`] (the controller every
-//! connection gets: `--cc`, with a floor through the handshake).
+//! - [`Driver`] and [`DriverConfig`]: the driver and how it paces and shuts down.
+//! - [`Application`]: what a protocol implements to run on it.
+//! - [`Datapath`]: what a socket must offer ([`SocketDatapath`] over a neqo-udp socket,
+//!   [`ChannelDatapath`] fed by a dispatcher over a channel).
+//! - [`TransportOptions`]: the transport settings both sides use, made into quinn-proto's
+//!   `TransportConfig` in one place; [`tls`]: the rustls configs for QUIC (and for TLS over
+//!   TCP, to compare against).
+//! - [`run_client`]: a client on a runtime of its own, for tools and tests.
+//! - `testing` (feature `testing`): a seeded in-memory network on a virtual clock that
+//!   drivers run on, deterministic, for tests of applications.
 //!
 //! A driver is built and run on one thread (its datapaths are registered with that thread's
 //! runtime); what crosses threads is configuration (`Arc<ServerConfig>`) and reports.
 
 mod application;
 mod channel;
-pub mod congestion;
+mod congestion;
 mod conns;
 mod counters;
 mod datapath;
+mod error;
 mod events;
-pub mod pacer;
-pub mod precise_timer;
+mod pacer;
+mod precise_timer;
 mod rx;
-pub mod scheduler;
+mod scheduler;
 mod standalone;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod tls;
+mod transport;
 mod tx;
 
 #[cfg(test)]
@@ -57,22 +65,78 @@ pub use application::{Admission, Application};
 pub use channel::{CHANNEL_RECV_BATCH, ChannelDatapath};
 pub use counters::{DriverCounters, EcnCounts};
 pub use datapath::{Datapath, SocketDatapath};
+pub use error::ConfigError;
 use neqo_udp::{Datagram, Socket, Stats, TxQueue};
+pub use pacer::{BURST_DATAGRAMS, PacingTimer};
 use quinn_proto::{
     ClientConfig, ConnectError, Connection, ConnectionHandle, Endpoint, EndpointConfig,
     ServerConfig,
 };
 pub use rx::BEHIND_HOLD;
 pub use standalone::run_client;
+pub use transport::{
+    ACK_EVERY_MAX_DELAY, CLIENT_KEEP_ALIVE, CongestionControl, DEFAULT_MTU_BOUND,
+    MAX_CONCURRENT_STREAMS, MAX_MTU_BOUND, MIN_MTU_BOUND, MTU_MINIMUM_CHANGE, ROUTE_MTU_CAP,
+    TransportOptions, mtu_bound, qlog_label,
+};
 
 use conns::Connections;
 use datapath::Path;
-use pacer::{PRECISE_WITHIN, PacingTimer, PreciseTimer};
+use pacer::{PRECISE_WITHIN, PreciseTimer};
 use scheduler::Scheduler;
 
 /// How long a shutdown waits for a full socket to take the connections' closes before it
 /// gives up on them.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+
+/// How a [`Driver`] paces and shuts down. The default paces on the precise timer and closes
+/// every connection at once on shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DriverConfig {
+    /// Spread each connection's datagrams over its round trip (`docs/pacing.md`); off, a
+    /// connection sends whatever congestion control allows at once.
+    pub pacing: bool,
+    /// What the pacer waits on (no effect with pacing off). `Precise` falls back to tokio's
+    /// timers where there is no precise timer; [`Driver::counters`] say which one ran.
+    pub pacing_timer: PacingTimer,
+    /// How long a shutdown may let the application finish work under way
+    /// ([`Application::shutdown`]); zero closes every connection at once.
+    pub drain: Duration,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        Self {
+            pacing: true,
+            pacing_timer: PacingTimer::Precise,
+            drain: Duration::ZERO,
+        }
+    }
+}
+
+impl DriverConfig {
+    /// Paced or not.
+    #[must_use]
+    pub const fn with_pacing(mut self, pacing: bool) -> Self {
+        self.pacing = pacing;
+        self
+    }
+
+    /// The timer the pacer waits on.
+    #[must_use]
+    pub const fn with_pacing_timer(mut self, timer: PacingTimer) -> Self {
+        self.pacing_timer = timer;
+        self
+    }
+
+    /// The drain period of a shutdown.
+    #[must_use]
+    pub const fn with_drain(mut self, drain: Duration) -> Self {
+        self.drain = drain;
+        self
+    }
+}
 
 /// The largest UDP payload a receive slot holds, and the largest QUIC allows.
 const MAX_RECV_PAYLOAD: u16 = {
@@ -109,7 +173,7 @@ pub struct Driver {
     /// connections to drain.
     closing: Option<Instant>,
     /// How long a shutdown lets the application finish what is under way
-    /// ([`set_drain`](Driver::set_drain)).
+    /// ([`DriverConfig::drain`]).
     drain: Duration,
     /// Set by a shutdown the application drains first: when the driver closes everything
     /// anyway.
@@ -141,19 +205,14 @@ enum Wake {
 }
 
 impl Driver {
-    /// A driver over `sockets`; a server when `server_config` is given. Its endpoint has
-    /// quinn-proto's default config (a random stateless-reset key).
+    /// A client over `sockets`, its endpoint with quinn-proto's default config.
     #[must_use]
-    pub fn new(
-        sockets: Vec<Socket>,
-        server_config: Option<Arc<ServerConfig>>,
-        pacing: bool,
-    ) -> Self {
+    pub fn client(sockets: Vec<Socket>, config: DriverConfig) -> Self {
         Self::with_datapaths(
             sockets_as_datapaths(sockets),
             EndpointConfig::default(),
-            server_config,
-            pacing,
+            None,
+            config,
         )
     }
 
@@ -164,23 +223,23 @@ impl Driver {
         sockets: Vec<Socket>,
         endpoint: EndpointConfig,
         server_config: Arc<ServerConfig>,
-        pacing: bool,
+        config: DriverConfig,
     ) -> Self {
         Self::with_datapaths(
             sockets_as_datapaths(sockets),
             endpoint,
             Some(server_config),
-            pacing,
+            config,
         )
     }
 
-    /// A driver over any datapaths.
+    /// A driver over any datapaths; a server when `server_config` is given.
     #[must_use]
     pub fn with_datapaths(
         datapaths: Vec<Box<dyn Datapath>>,
         endpoint: EndpointConfig,
         server_config: Option<Arc<ServerConfig>>,
-        pacing: bool,
+        config: DriverConfig,
     ) -> Self {
         let mut endpoint = endpoint;
         // What the sockets' receive slots hold, as the transport parameter tells the peer: its
@@ -205,25 +264,19 @@ impl Driver {
             paths,
             scheduler: Scheduler::default(),
             epoch: Instant::now(),
-            pacing,
-            pacing_timer: PacingTimer::Precise,
+            pacing: config.pacing,
+            pacing_timer: config.pacing_timer,
             precise: None,
             counters: DriverCounters {
-                pacing_timer: pacing.then_some(PacingTimer::Precise),
+                pacing_timer: config.pacing.then_some(config.pacing_timer),
                 ..DriverCounters::default()
             },
             rx: Vec::new(),
             behind_until: None,
             closing: None,
-            drain: Duration::ZERO,
+            drain: config.drain,
             draining: None,
         }
-    }
-
-    /// How long a shutdown may let the application finish work under way
-    /// ([`Application::shutdown`]); zero (the default) closes every connection at once.
-    pub const fn set_drain(&mut self, drain: Duration) {
-        self.drain = drain;
     }
 
     /// Whether new connections are refused: the driver is draining or closing.
@@ -262,17 +315,6 @@ impl Driver {
             self.close_all(app, now)?;
         }
         Ok(())
-    }
-
-    /// Sets the timer the pacer waits on (no effect with pacing off). `Precise` falls back to
-    /// tokio's timers where there is no precise timer; [`counters`](Self::counters) say which
-    /// one ran.
-    #[must_use]
-    pub fn with_pacing_timer(mut self, timer: PacingTimer) -> Self {
-        self.pacing_timer = timer;
-        self.precise = None;
-        self.counters.pacing_timer = self.pacing.then_some(timer);
-        self
     }
 
     /// Makes the precise timer when pacing asks for it (once; inside the runtime it registers

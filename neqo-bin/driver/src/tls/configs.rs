@@ -6,16 +6,16 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context as _, bail};
 use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::{client::danger::ServerCertVerifier, pki_types::CertificateDer};
 
+use super::counters::{CountingServer, CountingStore};
 use super::{
     CipherSuite, Identity,
     suites::provider_with,
     verify::{CountingVerifier, NoVerify},
 };
-use crate::tls_counters::{CountingServer, CountingStore};
+use crate::ConfigError;
 
 /// Whether a server writes its TLS secrets out, for a packet capture to be decrypted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,15 +41,16 @@ fn server_tls(
     alpns: &[String],
     suites: &[CipherSuite],
     secrets: Secrets,
-) -> anyhow::Result<rustls::ServerConfig> {
+) -> Result<rustls::ServerConfig, ConfigError> {
     if suites.is_empty() {
-        bail!("no cipher suite to accept");
+        return Err(ConfigError::NoCipherSuite("accept"));
     }
     let mut tls = rustls::ServerConfig::builder_with_provider(provider_with(suites))
-        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| ConfigError::Tls("TLS 1.3 with the chosen suites", e))?
         .with_no_client_auth()
         .with_single_cert(identity.chain.clone(), identity.key.clone_key())
-        .context("certificate and key do not fit together")?;
+        .map_err(ConfigError::KeyMismatch)?;
     tls.alpn_protocols = alpns.iter().map(|a| a.as_bytes().to_vec()).collect();
     if secrets == Secrets::Logged
         && let Some(k) = key_log()
@@ -66,7 +67,7 @@ fn server_tls(
 pub fn server_crypto(
     identity: &Identity,
     alpns: &[String],
-) -> anyhow::Result<Arc<dyn quinn_proto::crypto::ServerConfig>> {
+) -> Result<Arc<dyn quinn_proto::crypto::ServerConfig>, ConfigError> {
     server_crypto_with(identity, alpns, Secrets::Kept)
 }
 
@@ -78,14 +79,13 @@ pub fn server_crypto_with(
     identity: &Identity,
     alpns: &[String],
     secrets: Secrets,
-) -> anyhow::Result<Arc<dyn quinn_proto::crypto::ServerConfig>> {
+) -> Result<Arc<dyn quinn_proto::crypto::ServerConfig>, ConfigError> {
     let mut tls = server_tls(identity, alpns, &CipherSuite::ALL, secrets)?;
     tls.max_early_data_size = u32::MAX;
     // Counted, so that the report says how many clients resumed.
     tls.session_storage = Arc::new(CountingStore(tls.session_storage.clone()));
-    Ok(Arc::new(CountingServer(Arc::new(
-        QuicServerConfig::try_from(tls)?,
-    ))))
+    let quic = QuicServerConfig::try_from(tls).map_err(|_| ConfigError::NoInitialSuite)?;
+    Ok(Arc::new(CountingServer(Arc::new(quic))))
 }
 
 /// A TLS 1.3 server config for TLS over TCP (no ALPN), accepting `suites` (the client's
@@ -97,7 +97,7 @@ pub fn server_crypto_with(
 pub fn stream_server_config(
     identity: &Identity,
     suites: &[CipherSuite],
-) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
     Ok(Arc::new(server_tls(identity, &[], suites, Secrets::Kept)?))
 }
 
@@ -117,7 +117,7 @@ pub enum Trust {
 ///
 /// # Errors
 /// A CA certificate rustls rejects.
-pub fn client_crypto(trust: &Trust, alpn: &str) -> anyhow::Result<Arc<QuicClientConfig>> {
+pub fn client_crypto(trust: &Trust, alpn: &str) -> Result<Arc<QuicClientConfig>, ConfigError> {
     client_crypto_with(trust, alpn, &CipherSuite::ALL)
 }
 
@@ -129,7 +129,7 @@ pub fn client_crypto_with(
     trust: &Trust,
     alpn: &str,
     suites: &[CipherSuite],
-) -> anyhow::Result<Arc<QuicClientConfig>> {
+) -> Result<Arc<QuicClientConfig>, ConfigError> {
     let mut tls = client_tls(trust, suites)?;
     tls.alpn_protocols = vec![alpn.as_bytes().to_vec()];
     tls.enable_early_data = true;
@@ -138,11 +138,10 @@ pub fn client_crypto_with(
     let initial = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
         .tls13()
         .and_then(rustls::Tls13CipherSuite::quic_suite)
-        .context("ring has no QUIC AES-128-GCM suite")?;
-    Ok(Arc::new(QuicClientConfig::with_initial(
-        Arc::new(tls),
-        initial,
-    )?))
+        .ok_or(ConfigError::NoInitialSuite)?;
+    let quic = QuicClientConfig::with_initial(Arc::new(tls), initial)
+        .map_err(|_| ConfigError::NoInitialSuite)?;
+    Ok(Arc::new(quic))
 }
 
 /// A TLS 1.3 client config for TLS over TCP (no ALPN), offering `suites` in that order: the
@@ -153,19 +152,20 @@ pub fn client_crypto_with(
 pub fn stream_client_config(
     trust: &Trust,
     suites: &[CipherSuite],
-) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
     Ok(Arc::new(client_tls(trust, suites)?))
 }
 
 /// A TLS 1.3 client config offering `suites`, trusting as `trust` says, with
 /// `SSLKEYLOGFILE`: what the QUIC client and a TLS-over-TCP client share.
-fn client_tls(trust: &Trust, suites: &[CipherSuite]) -> anyhow::Result<rustls::ClientConfig> {
+fn client_tls(trust: &Trust, suites: &[CipherSuite]) -> Result<rustls::ClientConfig, ConfigError> {
     if suites.is_empty() {
-        bail!("no cipher suite to offer");
+        return Err(ConfigError::NoCipherSuite("offer"));
     }
     let provider = provider_with(suites);
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])?;
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| ConfigError::Tls("TLS 1.3 with the chosen suites", e))?;
     let verifier: Arc<dyn ServerCertVerifier> = match trust {
         // No anchor: rustls refuses every certificate at the handshake (its verifier's
         // builder would refuse the empty store up front), so no full handshake to count.
@@ -182,11 +182,13 @@ fn client_tls(trust: &Trust, suites: &[CipherSuite]) -> anyhow::Result<rustls::C
         Trust::Certs(certs) => {
             let mut roots = rustls::RootCertStore::empty();
             for c in certs {
-                roots.add(c.clone()).context("adding a CA certificate")?;
+                roots
+                    .add(c.clone())
+                    .map_err(|e| ConfigError::Tls("adding a CA certificate", e))?;
             }
             rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
-                .context("building the certificate verifier")?
+                .map_err(ConfigError::Verifier)?
         }
     };
     // Counted: a resumed handshake has no certificate to verify.

@@ -4,7 +4,7 @@
 
 use std::{io, net::SocketAddr};
 
-use super::{Application, Driver};
+use super::{Application, Driver, DriverConfig};
 
 /// Runs `app` as a client until it is done, over `sockets` neqo-udp sockets (default config)
 /// bound to `local` (port 0: any), paced, on a new current-thread runtime on this thread.
@@ -23,7 +23,7 @@ pub fn run_client<A: Application>(
             let sockets = (0..sockets)
                 .map(|_| neqo_udp::Socket::bind(local, neqo_udp::Config::default()))
                 .collect::<Result<Vec<_>, _>>()?;
-            Driver::new(sockets, None, true)
+            Driver::client(sockets, DriverConfig::default())
                 .run(app, std::future::pending())
                 .await
         })

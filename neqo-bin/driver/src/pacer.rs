@@ -25,8 +25,8 @@
 
 use std::time::{Duration, Instant};
 
-/// Datagrams one transmit may carry while pacing, unless [`QUANTUM`] of the rate is more (see
-/// [`Pacer::run_limit`]); also the cap on the handshake's unpaced flights.
+/// Datagrams one transmit may carry while pacing, unless a quarter millisecond of the rate is
+/// more; also the cap on the handshake's unpaced flights.
 pub const BURST_DATAGRAMS: usize = 10;
 
 /// The pacing gain over cwnd/srtt (as in Linux's `sk_pacing_rate` and RFC 9002 §7.7).
@@ -54,12 +54,11 @@ const RELEASE_CWND_DIVISOR: f64 = 4.0;
 /// tokio's timer.
 pub const PRECISE_WITHIN: Duration = Duration::from_millis(2);
 
-/// What the pacer waits on for release times nearer than [`PRECISE_WITHIN`].
+/// What the pacer waits on for release times nearer than 2 ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum PacingTimer {
-    /// [`PreciseTimer`], a `timerfd`, where there is one (Linux); tokio's timers elsewhere.
+    /// A `timerfd` where there is one (Linux); tokio's timers elsewhere.
     #[default]
     Precise,
     /// tokio's timers and their 1 ms grid, as on platforms without a precise timer: bursts of
