@@ -10,8 +10,8 @@ use std::{
 };
 
 use anyhow::Context as _;
-use neqo_bin::ALPN_HQ;
 use neqo_driver::tls::{self, Trust};
+use neqo_protocols::ALPN_HQ;
 
 /// `count` client Initials for `server`, each of a new connection with its own random IDs and
 /// a real ClientHello.

@@ -32,7 +32,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_bin::{
+use neqo_protocols::{
     hq::{self, Target},
     pattern,
 };

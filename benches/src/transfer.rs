@@ -12,10 +12,12 @@ use std::{
 };
 
 use neqo_bin::{
-    ALPN_H3, ALPN_HQ, ALPN_PERF,
+    ALPN_H3,
     client::{self, ClientConfig, ClientReport},
     server::{ServerConfig, ServerHandle, ServerReport},
 };
+
+use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 
 use neqo_driver::tls::Trust;
 use neqo_udp::{IoMode, Stats};

@@ -4,7 +4,7 @@
 
 use std::{net::SocketAddr, process::Command, time::Duration};
 
-use neqo_bin::{ALPN_HQ, hq, pattern};
+use neqo_protocols::{ALPN_HQ, hq, pattern};
 
 use neqo_driver::tls::{Identity, server_crypto};
 use test_fixtures::{Measured, run};

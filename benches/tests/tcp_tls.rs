@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use neqo_bin::{hq, pattern};
+use neqo_protocols::{hq, pattern};
 
 use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
 use rustls::{ClientConnection, ServerConnection, StreamOwned, pki_types::ServerName};

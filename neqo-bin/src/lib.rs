@@ -5,8 +5,6 @@
 //! - [`server`]: [`server::ServerHandle::start`] runs a server on its own thread.
 //! - `client` (feature `cli`): `client::run` runs a client to completion and reports.
 //! - `cli` (feature `cli`): the binaries' command lines, checks and logging.
-//! - [`hq`], [`perf`], [`pattern`]: the two protocols' rules and the generated body, free of
-//!   any QUIC stack so that other peers can share them.
 //! - [`body`]: bodies in and out of quinn-proto streams; [`disk`]: file work off the driver
 //!   thread.
 //! - `testing` (feature `testing`): clients that tests of other crates share with ours.
@@ -25,18 +23,11 @@ pub mod cli;
 pub mod client;
 pub mod disk;
 pub mod h3;
-pub mod hq;
 pub mod idmap;
-pub mod pattern;
-pub mod perf;
 pub mod report;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-/// HTTP/0.9 over QUIC.
-pub const ALPN_HQ: &str = "hq-interop";
 /// HTTP/3 (RFC 9114).
 pub const ALPN_H3: &str = "h3";
-/// draft-banks-quic-performance.
-pub const ALPN_PERF: &str = "perf";

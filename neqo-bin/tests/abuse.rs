@@ -24,16 +24,15 @@ use std::{
 use bytes::Bytes;
 use common::url;
 use neqo_bin::{
-    ALPN_HQ,
     body::{self, ReadEnd},
     client::{self, ClientConfig},
-    pattern,
     server::{Limits, REFUSED, ServerConfig, ServerHandle},
 };
 use neqo_driver::{
     Application, Driver, TransportOptions, run_client,
     tls::{self, Trust},
 };
+use neqo_protocols::{ALPN_HQ, pattern};
 use quinn_proto::{
     Connection, ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId,
     TransportErrorCode,

@@ -9,10 +9,11 @@ use std::{
 };
 
 use neqo_bin::{
-    ALPN_HQ,
     client::{self, ClientConfig},
     server::{Limits, RetryPolicy, ServerConfig, ServerHandle, ServerKeys},
 };
+
+use neqo_protocols::ALPN_HQ;
 
 use neqo_driver::tls::{self, Trust};
 use quinn_proto::{ClientConfig as QuicClientConfig, EndpointConfig};

@@ -18,10 +18,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_bin::{
-    ALPN_HQ,
-    server::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle},
-};
+use neqo_bin::server::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle};
+
+use neqo_protocols::ALPN_HQ;
 
 use neqo_driver::{
     TransportOptions,

@@ -13,10 +13,10 @@ use std::{
 use common::url;
 use neqo_bin::{
     client::{self, ClientConfig, Save},
-    hq,
     server::{ServerConfig, ServerHandle},
 };
 use neqo_driver::tls::Trust;
+use neqo_protocols::hq;
 use rand::{RngCore as _, SeedableRng as _, rngs::StdRng};
 
 /// A hang guard for a whole test step, not a performance bound.
@@ -178,11 +178,11 @@ mod changing {
 
     use bytes::Bytes;
     use neqo_bin::{
-        ALPN_HQ,
         body::{self, ReadEnd},
         server::REFUSED,
     };
     use neqo_driver::{Application, Driver, run_client, tls};
+    use neqo_protocols::ALPN_HQ;
     use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId, VarInt};
 
     use super::{Trust, hq, random_bytes, scratch, server, with_deadline};

@@ -22,10 +22,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_bin::{
-    ALPN_HQ,
-    client::{self, ClientConfig},
-};
+use neqo_bin::client::{self, ClientConfig};
+
+use neqo_protocols::ALPN_HQ;
 
 use neqo_driver::tls::{self, Trust};
 use neqo_relay::{Impairment, Rebind, RebindEvery, Relay, RelayConfig};

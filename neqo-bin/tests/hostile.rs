@@ -33,11 +33,11 @@ use bytes::Bytes;
 use common::{stop_and_report, url, with_deadline};
 use initials::{Replayed, retry_token};
 use neqo_bin::{
-    ALPN_HQ,
     client::{self, ClientConfig},
     server::{Limits, RetryPolicy, ServerConfig, ServerHandle},
 };
 use neqo_driver::tls::{self, CipherSuite, Trust};
+use neqo_protocols::ALPN_HQ;
 use quinn_proto::TransportErrorCode;
 use raw_client::RawClient;
 

@@ -11,10 +11,11 @@ use std::{
 };
 
 use neqo_bin::{
-    ALPN_HQ, ALPN_PERF,
     client::{self, ClientConfig, Save},
     server::{ServerConfig, ServerHandle},
 };
+
+use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 
 use neqo_driver::{CongestionControl, TransportOptions, tls::Trust};
 use neqo_udp::IoMode;

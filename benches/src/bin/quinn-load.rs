@@ -17,8 +17,8 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use neqo_bin::{ALPN_HQ, hq, pattern};
 use neqo_driver::tls::{Trust, client_crypto};
+use neqo_protocols::{ALPN_HQ, hq, pattern};
 
 /// The longest a request may take before the run is given up.
 const REQUEST_LIMIT: Duration = Duration::from_secs(60);

@@ -24,8 +24,8 @@ use anyhow::{Context as _, bail};
 use benches::tcp_tls::{self, Counters, DEFAULT_MAX_CONNECTIONS, Server};
 use clap::{Parser, Subcommand};
 use neqo_bin::cli::CipherSuiteArg;
-use neqo_bin::hq::{self, Target};
 use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
+use neqo_protocols::hq::{self, Target};
 use rustls::pki_types::ServerName;
 
 #[derive(Debug, Parser)]

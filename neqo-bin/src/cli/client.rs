@@ -9,14 +9,14 @@ use super::{
     check_stream_bytes, check_writable_dir, parse_size, shutdown_signal, write_json,
 };
 use crate::{
-    ALPN_H3, ALPN_HQ, ALPN_PERF,
+    ALPN_H3,
     client::{self, ClientConfig, Save},
-    hq,
 };
 use neqo_driver::{
     TransportOptions,
     tls::{CipherSuite, Trust},
 };
+use neqo_protocols::{ALPN_HQ, ALPN_PERF, hq};
 
 /// `neqo-client` flags.
 #[derive(Debug, Clone, clap::Parser)]

@@ -8,14 +8,12 @@ use super::{
     IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn,
     check_count, check_positive, check_seconds, parse_size, shutdown_signal, write_json,
 };
-use crate::{
-    ALPN_HQ, ALPN_PERF,
-    server::{
-        Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, RetryPolicy, Server,
-        ServerConfig, ServerId, ServerKeys, Steering,
-    },
+use crate::server::{
+    Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, RetryPolicy, Server,
+    ServerConfig, ServerId, ServerKeys, Steering,
 };
 use neqo_driver::tls::{self, Identity};
+use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 
 /// `neqo-server` flags.
 #[derive(Debug, Clone, clap::Parser)]

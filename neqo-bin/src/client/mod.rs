@@ -30,13 +30,14 @@ pub use self::{
     load::{Percentiles, Spread},
     report::ClientReport,
 };
-use crate::{
-    ALPN_H3, ALPN_HQ, ALPN_PERF,
-    hq::{self, Target},
-};
+use crate::ALPN_H3;
 use neqo_driver::{
     Driver, DriverConfig, TransportOptions,
     tls::{self, Trust},
+};
+use neqo_protocols::{
+    ALPN_HQ, ALPN_PERF,
+    hq::{self, Target},
 };
 
 /// What a client does.

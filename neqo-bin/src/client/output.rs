@@ -57,10 +57,9 @@ fn stdout() -> io::Result<File> {
 use bytes::BytesMut;
 use quinn_proto::{ConnectionHandle, StreamId};
 
-use crate::{
-    disk::{self, Jobs},
-    pattern::CHUNK,
-};
+use crate::disk::{self, Jobs};
+
+use neqo_protocols::pattern::CHUNK;
 
 /// A write job's result for one request.
 #[derive(Debug)]

@@ -22,8 +22,10 @@ use super::{
 use crate::{
     body::{self, Pumped, ReadEnd, Source},
     disk::Jobs,
-    hq::{self, Target},
     idmap::IdMap,
+};
+use neqo_protocols::{
+    hq::{self, Target},
     pattern, perf,
 };
 

@@ -31,7 +31,7 @@ use std::{
 use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 
-use crate::pattern::CHUNK;
+use neqo_protocols::pattern::CHUNK;
 
 /// A server's root directory: its canonical path, held open so that small cached files can be
 /// read at once.
@@ -42,7 +42,7 @@ pub struct Root {
 }
 
 impl Root {
-    /// The root at `canonical` (see [`crate::hq::canonical_root`]).
+    /// The root at `canonical` (see [`neqo_protocols::hq::canonical_root`]).
     #[must_use]
     pub fn new(canonical: &Path) -> Self {
         Self {
@@ -57,7 +57,7 @@ impl Root {
         &self.path
     }
 
-    /// The whole of the file at `rel` (a path [`crate::hq::relative_path`] accepted), when
+    /// The whole of the file at `rel` (a path [`neqo_protocols::hq::relative_path`] accepted), when
     /// it can be read without blocking: at most [`CHUNK`] bytes, a regular file under the
     /// root, its path in the kernel's lookup cache and its bytes in the page cache (Linux
     /// 5.12 and later). `None` otherwise: the blocking pool opens it, by the full rules.

@@ -110,7 +110,7 @@ async fn request(
     if method == "POST" {
         let mut at = 0;
         while wanted && at < upload {
-            let chunk = crate::pattern::chunk(at, upload - at);
+            let chunk = neqo_protocols::pattern::chunk(at, upload - at);
             at += chunk.len() as u64;
             wanted = super::request_write(s.send_data(chunk).await)?;
         }

@@ -18,12 +18,12 @@ use super::{
     tasks::Spawner,
     test_client::{Client, Got},
 };
-use crate::pattern;
 use neqo_driver::{
     Application, Driver, TransportOptions,
     testing::{Behaviour, Network},
     tls::{self, Identity, Trust},
 };
+use neqo_protocols::pattern;
 
 const SERVER: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4433);

@@ -93,8 +93,8 @@ impl ConnectionConfigs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ALPN_HQ;
     use neqo_driver::{ROUTE_MTU_CAP, tls::Identity};
+    use neqo_protocols::ALPN_HQ;
 
     fn configs(listen: &str, max_mtu: Option<u16>) -> ConnectionConfigs {
         let identity = Identity::self_signed().unwrap();

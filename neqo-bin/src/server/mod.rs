@@ -62,11 +62,11 @@ pub use self::{
     report::{ServerReport, WorkerSummary},
     steering::Steering,
 };
-use crate::{ALPN_HQ, ALPN_PERF, hq};
 use neqo_driver::{
     DriverConfig, TransportOptions,
     tls::{self, Identity},
 };
+use neqo_protocols::{ALPN_HQ, ALPN_PERF, hq};
 
 /// Stream error code for a request the server will not serve ([`hq::REFUSED`]).
 pub const REFUSED: VarInt = VarInt::from_u32(hq::REFUSED as u32);

@@ -14,14 +14,16 @@ use quinn_proto::{Connection, ConnectionHandle, Dir, StreamId, VarInt};
 
 use super::{BAD_REQUEST, REFUSED, ServerReport};
 use crate::{
-    ALPN_PERF,
     body::{self, Pumped, ReadEnd, Source, StreamClosed},
     disk::{self, FileChunk, Jobs, Root},
-    hq::{self, Target},
     idmap::IdMap,
-    perf,
 };
 use neqo_driver::tls;
+use neqo_protocols::{
+    ALPN_PERF,
+    hq::{self, Target},
+    perf,
+};
 
 /// The request bytes of a stream, as its protocol reads them.
 #[derive(Debug)]

@@ -14,11 +14,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{
-    ALPN_HQ,
-    body::{self, ReadEnd},
-    pattern,
-};
+use crate::body::{self, ReadEnd};
+
+use neqo_protocols::{ALPN_HQ, pattern};
 
 use bytes::Bytes;
 use neqo_driver::{

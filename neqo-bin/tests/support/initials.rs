@@ -14,8 +14,8 @@ use std::{
 };
 
 use bytes::Bytes;
-use neqo_bin::ALPN_HQ;
 use neqo_driver::tls::{self, Trust};
+use neqo_protocols::ALPN_HQ;
 use neqo_udp::{Transmit, UdpSocketState};
 
 /// Gives one token to every connection that asks.

@@ -13,8 +13,8 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use msquic::ffi::{self, HQUIC, QUIC_STATUS};
 use msquic::{BufferRef, Configuration, CredentialConfig, CredentialFlags, Registration};
-use neqo_bin::hq::{self, Target};
-use neqo_bin::{pattern, perf};
+use neqo_protocols::hq::{self, Target};
+use neqo_protocols::{pattern, perf};
 use url::{Host, Url};
 
 use super::Alpn;

@@ -14,8 +14,8 @@
 //!
 //! The rules of both protocols (request syntax, the `/N` rule, which paths are
 //! served, the stream reset codes) and the generated body are `neqo-bin`'s
-//! [`hq`](neqo_bin::hq), [`perf`](neqo_bin::perf) and
-//! [`pattern`](neqo_bin::pattern) modules, the ones `neqo-server` and
+//! [`hq`](neqo_protocols::hq), [`perf`](neqo_protocols::perf) and
+//! [`pattern`](neqo_protocols::pattern) modules, the ones `neqo-server` and
 //! `neqo-client` use: this crate only drives them over msquic.
 //!
 //! ```text

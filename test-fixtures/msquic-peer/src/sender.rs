@@ -16,7 +16,7 @@ use std::fs::File;
 use std::io::Read;
 
 use msquic::ffi::{self, HQUIC, QUIC_BUFFER};
-use neqo_bin::pattern;
+use neqo_protocols::pattern;
 
 use super::raw;
 

@@ -12,8 +12,8 @@ use msquic::{
     BufferRef, Configuration, Credential, CredentialConfig, ListenerEvent, Registration,
     RegistrationConfig,
 };
-use neqo_bin::hq::{self, Target};
-use neqo_bin::perf;
+use neqo_protocols::hq::{self, Target};
+use neqo_protocols::perf;
 
 use super::cert::CertFiles;
 use super::raw;

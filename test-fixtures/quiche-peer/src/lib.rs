@@ -33,7 +33,7 @@ const SEND_AREA: usize = 32 * 64 * 1024;
 pub struct Outcome {
     /// Response bytes received.
     pub bytes: u64,
-    /// Whether every byte was the generated body's (`neqo_bin::pattern`) at its offset.
+    /// Whether every byte was the generated body's (`neqo_protocols::pattern`) at its offset.
     pub pattern_ok: bool,
     /// From the first packet to the response's end.
     pub elapsed: Duration,
@@ -111,12 +111,12 @@ pub async fn get(
             }
         }
         if conn.is_established() && !requested {
-            let request = neqo_bin::hq::request(path);
+            let request = neqo_protocols::hq::request(path);
             conn.stream_send(STREAM, request.as_bytes(), true)?;
             requested = true;
         }
         while let Ok((n, fin)) = conn.stream_recv(STREAM, &mut read) {
-            pattern_ok &= neqo_bin::pattern::verify(bytes, &read[..n]);
+            pattern_ok &= neqo_protocols::pattern::verify(bytes, &read[..n]);
             bytes += n as u64;
             if fin && done.is_none() {
                 done = Some(started.elapsed());
@@ -145,7 +145,7 @@ pub async fn get(
 fn quiche_config() -> anyhow::Result<quiche::Config> {
     let mut c = quiche::Config::new(quiche::PROTOCOL_VERSION)?;
     c.verify_peer(false);
-    c.set_application_protos(&[neqo_bin::ALPN_HQ.as_bytes()])?;
+    c.set_application_protos(&[neqo_protocols::ALPN_HQ.as_bytes()])?;
     c.set_max_idle_timeout(10_000);
     c.set_max_recv_udp_payload_size(65_527);
     c.set_max_send_udp_payload_size(1_452);

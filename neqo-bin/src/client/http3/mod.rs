@@ -18,15 +18,13 @@ use bytes::Bytes;
 use quinn_proto::{Connection, ConnectionHandle, Event};
 
 use super::{Save, output::Sink};
-use crate::{
-    h3::{
-        connections::Connections,
-        handles::{H3Connection, Opener},
-        tasks::Spawner,
-    },
-    hq,
+use crate::h3::{
+    connections::Connections,
+    handles::{H3Connection, Opener},
+    tasks::Spawner,
 };
 use neqo_driver::Driver;
+use neqo_protocols::hq;
 
 mod request;
 

@@ -9,6 +9,8 @@ use super::{ConnState, Context};
 use crate::{
     client::output::{Output, Sink},
     h3::handles::Opener,
+};
+use neqo_protocols::{
     hq::{self, Target},
     pattern,
 };
@@ -158,7 +160,7 @@ pub(super) async fn request(
 }
 
 /// A saved body on its way out: bytes collect in an [`Output`] (at most a
-/// [`CHUNK`](crate::pattern::CHUNK)), each full buffer written on tokio's blocking pool while
+/// [`CHUNK`](neqo_protocols::pattern::CHUNK)), each full buffer written on tokio's blocking pool while
 /// the next one fills, as `hq-interop`'s saved bodies are; the request reads no more of its
 /// stream while a write is in flight and the buffer is full, so a slow disk holds the server
 /// back through flow control. (One write per received chunk, awaited before the next, moved

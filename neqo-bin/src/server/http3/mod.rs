@@ -37,9 +37,10 @@ use session::{Session, Shared};
 
 use crate::{
     disk::{Jobs, Root},
-    hq,
     idmap::IdMap,
 };
+
+use neqo_protocols::hq;
 
 use neqo_driver::Driver;
 

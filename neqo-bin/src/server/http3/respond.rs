@@ -17,8 +17,8 @@ use super::{
 use crate::{
     body::Source,
     disk::{self, FileChunk, Root},
-    hq::{self, Target},
 };
+use neqo_protocols::hq::{self, Target};
 
 /// The media type of a file, by its name's extension.
 fn content_type(path: &str) -> &'static str {

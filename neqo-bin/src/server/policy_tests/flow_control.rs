@@ -65,7 +65,7 @@ fn an_upload_many_times_its_connection_window_completes() {
     let c = minimal_budget();
     let mut b = Bench::new(c, &[], &[]);
     let mut client_config = quinn_proto::ClientConfig::new(
-        tls::client_crypto(&Trust::Insecure, crate::ALPN_PERF).unwrap(),
+        tls::client_crypto(&Trust::Insecure, neqo_protocols::ALPN_PERF).unwrap(),
     );
     client_config.transport_config(Arc::new(
         TransportOptions::default().transport("client").unwrap(),
@@ -73,7 +73,9 @@ fn an_upload_many_times_its_connection_window_completes() {
     let mut up = Uploader {
         config: Some(client_config),
         source: crate::body::Source::pattern(
-            Some(Bytes::copy_from_slice(&crate::perf::request_header(0))),
+            Some(Bytes::copy_from_slice(
+                &neqo_protocols::perf::request_header(0),
+            )),
             UPLOAD,
         ),
         stream: None,
@@ -103,6 +105,6 @@ fn an_upload_many_times_its_connection_window_completes() {
     assert_eq!(b.app.report.receive_windows, MIN_WINDOW);
     assert_eq!(
         b.app.report.bytes_received,
-        UPLOAD + crate::perf::HEADER_LEN as u64
+        UPLOAD + neqo_protocols::perf::HEADER_LEN as u64
     );
 }

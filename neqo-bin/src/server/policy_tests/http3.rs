@@ -12,7 +12,7 @@ use quinn_proto::{ConnectionError, EndpointConfig, VarInt};
 
 use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
 use crate::{
-    ALPN_H3, ALPN_HQ,
+    ALPN_H3,
     h3::{
         test_client::{self, Cancel, Client, Got},
         tests::pattern_body,
@@ -23,6 +23,7 @@ use neqo_driver::{
     Driver,
     testing::{Behaviour, Network},
 };
+use neqo_protocols::ALPN_HQ;
 
 /// A root with a page, an image and a large file; removed when dropped.
 struct Root(PathBuf);

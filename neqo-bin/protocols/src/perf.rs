@@ -2,7 +2,7 @@
 //! request; the client sends an 8-byte big-endian response length ([`request_header`]), then
 //! any number of upload bytes, then FIN; the server reads to FIN and answers with that many
 //! pattern bytes ([`crate::pattern`]) and FIN. A stream that ends before its 8 bytes is
-//! malformed (reset with [`crate::hq::BAD_REQUEST`] by this crate's server).
+//! malformed (neqo-server resets it with [`crate::hq::BAD_REQUEST`]).
 //!
 //! Nothing here depends on a QUIC stack.
 

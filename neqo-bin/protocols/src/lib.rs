@@ -1,0 +1,17 @@
+//! The two simple request protocols every peer here speaks, and the body they generate, free
+//! of any QUIC stack so that neqo's server and client, the other stacks' peers (quinn,
+//! quiche, msquic) and the TCP+TLS baseline share one copy of each rule:
+//!
+//! - [`hq`]: `hq-interop`, HTTP/0.9 over QUIC: the request line, the paths a server serves,
+//!   the stream error codes.
+//! - [`perf`]: draft-banks-quic-performance as secnetperf speaks it.
+//! - [`pattern`]: the generated body of `/N` responses and `perf` transfers, and its check.
+
+pub mod hq;
+pub mod pattern;
+pub mod perf;
+
+/// HTTP/0.9 over QUIC.
+pub const ALPN_HQ: &str = "hq-interop";
+/// draft-banks-quic-performance.
+pub const ALPN_PERF: &str = "perf";
