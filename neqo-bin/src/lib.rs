@@ -24,7 +24,6 @@ pub mod client;
 pub mod disk;
 pub mod h3;
 pub mod idmap;
-pub mod report;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;

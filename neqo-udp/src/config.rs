@@ -160,8 +160,8 @@ impl Default for Config {
 
 impl Config {
     /// Datagram buffers per receive syscall and messages per send syscall in
-    /// [`IoMode::Batched`]; clamped to `1..=MAX_BATCH_SIZE` when used
-    /// ([`effective_batch_size`](Self::effective_batch_size)).
+    /// [`IoMode::Batched`], clamped to `1..=MAX_BATCH_SIZE` ([`batch_size`](Self::batch_size)
+    /// says what is used).
     #[must_use]
     pub const fn with_batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
@@ -182,8 +182,8 @@ impl Config {
         self
     }
 
-    /// Batched or one datagram per syscall. `Single` implies no GSO and no GRO, whatever
-    /// [`gso`](Self::gso) and [`gro`](Self::gro) say.
+    /// Batched or one datagram per syscall. `Single` implies a batch of one, no GSO and no
+    /// GRO, whatever was set for them.
     #[must_use]
     pub const fn with_mode(mut self, mode: IoMode) -> Self {
         self.mode = mode;
@@ -215,23 +215,26 @@ impl Config {
         self
     }
 
-    /// Datagram buffers per receive and messages per send syscall asked for, as set (see
-    /// [`effective_batch_size`](Self::effective_batch_size) for what is used).
+    /// Datagram buffers per receive and messages per send syscall: as set, within
+    /// `1..=MAX_BATCH_SIZE`; 1 in [`IoMode::Single`].
     #[must_use]
-    pub const fn batch_size(&self) -> usize {
-        self.batch_size
+    pub fn batch_size(&self) -> usize {
+        match self.mode {
+            IoMode::Single => 1,
+            IoMode::Batched => self.batch_size.clamp(1, MAX_BATCH_SIZE),
+        }
     }
 
-    /// Whether GSO is asked for (see [`wants_gso`](Self::wants_gso)).
+    /// Whether GSO is to be used where the kernel has it: set, and [`IoMode::Batched`].
     #[must_use]
-    pub const fn gso(&self) -> bool {
-        self.gso
+    pub fn gso(&self) -> bool {
+        self.gso && self.mode == IoMode::Batched
     }
 
-    /// Whether GRO is asked for (see [`wants_gro`](Self::wants_gro)).
+    /// Whether GRO is to be used where the kernel has it: set, and [`IoMode::Batched`].
     #[must_use]
-    pub const fn gro(&self) -> bool {
-        self.gro
+    pub fn gro(&self) -> bool {
+        self.gro && self.mode == IoMode::Batched
     }
 
     /// Batched or one datagram per syscall.
@@ -257,27 +260,6 @@ impl Config {
     pub const fn recv_buffers(&self) -> RecvBuffers {
         self.recv_buffers
     }
-
-    /// Datagrams per syscall this config allows: 1 in `Single` mode.
-    #[must_use]
-    pub fn effective_batch_size(&self) -> usize {
-        match self.mode {
-            IoMode::Single => 1,
-            IoMode::Batched => self.batch_size.clamp(1, MAX_BATCH_SIZE),
-        }
-    }
-
-    /// Whether GSO is wanted (it may still be unsupported by the kernel).
-    #[must_use]
-    pub fn wants_gso(&self) -> bool {
-        self.gso && self.mode == IoMode::Batched
-    }
-
-    /// Whether GRO is wanted (it may still be unsupported by the kernel).
-    #[must_use]
-    pub fn wants_gro(&self) -> bool {
-        self.gro && self.mode == IoMode::Batched
-    }
 }
 
 #[cfg(test)]
@@ -287,20 +269,25 @@ mod tests {
     #[test]
     fn single_mode_disables_batching_and_offloads() {
         let c = Config::default().with_mode(IoMode::Single);
-        assert_eq!(c.effective_batch_size(), 1);
-        assert!(!c.wants_gso());
-        assert!(!c.wants_gro());
+        assert_eq!(c.batch_size(), 1);
+        assert!(!c.gso());
+        assert!(!c.gro());
         let b = Config::default();
-        assert_eq!(b.effective_batch_size(), DEFAULT_BATCH_SIZE);
-        assert!(b.wants_gso() && b.wants_gro());
+        assert_eq!(b.batch_size(), DEFAULT_BATCH_SIZE);
+        assert!(b.gso() && b.gro());
+        assert_eq!(
+            c.with_mode(IoMode::Batched),
+            b,
+            "the batch and offloads set are kept"
+        );
     }
 
     #[test]
     fn batch_size_is_clamped() {
         let c = Config::default().with_batch_size(0);
-        assert_eq!((c.batch_size(), c.effective_batch_size()), (0, 1));
+        assert_eq!(c.batch_size(), 1);
         let c = c.with_batch_size(10_000);
-        assert_eq!(c.effective_batch_size(), MAX_BATCH_SIZE);
+        assert_eq!(c.batch_size(), MAX_BATCH_SIZE);
     }
 
     /// Each setter sets its own field and no other.
@@ -312,13 +299,13 @@ mod tests {
             .with_batch_size(7)
             .with_gso(false)
             .with_gro(false)
-            .with_mode(IoMode::Single)
             .with_recv_buffer_size(None)
             .with_send_buffer_size(Some(1 << 16))
             .with_recv_buffers(RecvBuffers::SharedRuns);
         assert_eq!(c.batch_size(), 7);
         assert!(!c.gso() && !c.gro());
-        assert_eq!(c.mode(), IoMode::Single);
+        assert_eq!(c.mode(), IoMode::Batched);
+        assert_eq!(d.clone().with_mode(IoMode::Single).mode(), IoMode::Single);
         assert_eq!(c.recv_buffer_size(), None);
         assert_eq!(c.send_buffer_size(), Some(1 << 16));
         assert_eq!(c.recv_buffers(), RecvBuffers::SharedRuns);

@@ -127,12 +127,11 @@ pub struct RecvBatch {
 
 impl RecvBatch {
     /// Buffers for a socket with this config: one 64 KiB slot per datagram of a batch
-    /// ([`Config::effective_batch_size`]), yielding datagrams as [`Config::recv_buffers`]
+    /// ([`Config::batch_size`]), yielding datagrams as [`Config::recv_buffers`]
     /// says. What [`UdpSocketState::recv_batch`](crate::UdpSocketState::recv_batch) gives.
     #[must_use]
     pub fn new(config: &Config) -> Self {
-        Self::with_slots(config.effective_batch_size(), RECV_SLOT_SIZE)
-            .with_buffers(config.recv_buffers())
+        Self::with_slots(config.batch_size(), RECV_SLOT_SIZE).with_buffers(config.recv_buffers())
     }
 
     /// `slots` buffers of `slot_size` bytes each, yielding datagrams of their own

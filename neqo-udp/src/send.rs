@@ -34,6 +34,7 @@ use crate::{
 
 /// How far a send got through the transmits it was given.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Sent {
     /// Transmits finished: every datagram of them sent, or dropped and counted.
     pub transmits: usize,
@@ -44,6 +45,13 @@ pub struct Sent {
 }
 
 impl Sent {
+    /// `transmits` finished, and `partial` bytes of the next (whole segments): for a
+    /// datapath of its own (a test double, a channel) that reports as a socket does.
+    #[must_use]
+    pub const fn new(transmits: usize, partial: usize) -> Self {
+        Self { transmits, partial }
+    }
+
     /// Whether anything at all was finished.
     #[must_use]
     pub const fn progressed(&self) -> bool {

@@ -118,7 +118,7 @@ impl UdpSocketState {
             })
         })?;
         let (platform, caps) = sys::new_platform(sock, &config)?;
-        let batch = config.effective_batch_size();
+        let batch = config.batch_size();
         Ok(Self {
             platform,
             batch,

@@ -24,6 +24,7 @@ macro_rules! counters {
     ) => {
         $(#[$meta])*
         #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
         #[non_exhaustive]
         pub struct $name {
             $($(#[$fmeta])* pub $field: u64,)*
@@ -123,6 +124,7 @@ counters! {
 
 /// One direction's counters, as a snapshot.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct DirectionStats {
     /// Syscalls that moved at least one datagram.
@@ -203,6 +205,7 @@ impl DirectionStats {
 /// A snapshot of a socket's counters. Counters may be added: make one with
 /// `Stats::default()` and set its fields.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Stats {
     /// Receive side.
@@ -444,5 +447,30 @@ mod tests {
         assert_eq!(sum.rx.datagrams, 74);
         assert_eq!(sum.tx_dropped.msg_size, 6);
         assert_eq!(sum.events.retried, 2);
+    }
+
+    /// With `serde`, every counter goes out under its field's name and comes back as it was.
+    #[test]
+    #[cfg(feature = "serde")]
+    fn serde_round_trip_keeps_every_counter() {
+        let c = Counters::default();
+        c.rx.record(3, 3000, 3);
+        c.tx.record(10, 12_000, 10);
+        c.tx_dropped.add(TxDrop::MsgSize, 2);
+        c.rx_dropped.add(RxDrop::CTrunc, 1);
+        for _ in 0..4 {
+            c.event(Event::WouldBlock);
+        }
+        c.observe_kernel_drops(7);
+        let s = c.snapshot();
+        let json = serde_json::to_value(s).unwrap();
+        assert_eq!(json["rx"]["datagrams"], 3, "{json}");
+        assert_eq!(json["tx"]["offload_segments"], 10, "{json}");
+        assert_eq!(json["tx_dropped"]["msg_size"], 2, "{json}");
+        assert_eq!(json["rx_dropped"]["ctrunc"], 1, "{json}");
+        assert_eq!(json["events"]["would_block"], 4, "{json}");
+        assert_eq!(json["kernel_drops"], 7, "{json}");
+        let back: Stats = serde_json::from_value(json).unwrap();
+        assert_eq!(back, s);
     }
 }

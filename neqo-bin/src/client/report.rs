@@ -71,7 +71,6 @@ pub struct ClientReport {
     /// What went wrong, one message each.
     pub errors: Vec<String>,
     /// Socket statistics.
-    #[serde(serialize_with = "crate::report::serialize_stats")]
     pub socket: neqo_udp::Stats,
 }
 

@@ -81,7 +81,6 @@ pub struct DispatchReport {
     /// Datagrams without a worker byte, placed by the hash of their source address.
     pub by_source: u64,
     /// The dispatcher's sockets (the listening ones): receive syscalls and kernel drops.
-    #[serde(serialize_with = "crate::report::serialize_stats")]
     pub socket: neqo_udp::Stats,
 }
 

@@ -68,7 +68,6 @@ pub struct ServerReport {
     /// updates.
     pub tls: neqo_driver::tls::counters::TlsCounters,
     /// Socket statistics.
-    #[serde(serialize_with = "crate::report::serialize_stats")]
     pub socket: neqo_udp::Stats,
     /// How datagrams reached the workers.
     pub steering: String,

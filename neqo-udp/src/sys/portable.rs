@@ -69,9 +69,9 @@ pub(crate) fn new_platform(
     }
     let caps = Capabilities {
         gso_segments: 1,
-        gro: config.wants_gro() && state.gro_segments() > 1,
+        gro: config.gro() && state.gro_segments() > 1,
     };
-    let slots = config.effective_batch_size().min(quinn_udp::BATCH_SIZE);
+    let slots = config.batch_size().min(quinn_udp::BATCH_SIZE);
     let scratch = Mutex::new(vec![vec![0u8; RECV_SLOT_SIZE]; slots]);
     Ok((Platform { state, scratch }, caps))
 }

@@ -107,15 +107,9 @@ impl Datapath for Path {
             self.remainder = (stride < t.contents.len()).then(|| t.contents.len() - stride);
             self.put(&t.contents[..stride], t.destination);
             return Ok(if stride < t.contents.len() {
-                Sent {
-                    transmits: 0,
-                    partial: stride,
-                }
+                Sent::new(0, stride)
             } else {
-                Sent {
-                    transmits: 1,
-                    partial: 0,
-                }
+                Sent::new(1, 0)
             });
         }
         let mut done = 0;
@@ -131,10 +125,7 @@ impl Datapath for Path {
             }
             done += 1;
         }
-        Ok(Sent {
-            transmits: done,
-            partial: 0,
-        })
+        Ok(Sent::new(done, 0))
     }
 
     fn poll_recv_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -208,7 +208,7 @@ pub(crate) fn new_platform(
     sock: UdpSockRef<'_>,
     config: &Config,
 ) -> Result<(Platform, Capabilities), SetupError> {
-    let caps = configure(sock, config.wants_gso(), config.wants_gro())?;
+    let caps = configure(sock, config.gso(), config.gro())?;
     Ok((Platform, caps))
 }
 
