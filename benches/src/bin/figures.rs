@@ -19,7 +19,36 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
+use clap::{Parser, Subcommand, builder::PossibleValuesParser};
 use serde_json::{Value, json};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "figures",
+    about = "The figures the docs publish, each produced by the command that measures it"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// The figures and their commands.
+    List,
+    /// Run each figure's command and record what it printed in docs/results/NAME.json, then
+    /// render.
+    Refresh {
+        /// The figures to measure (default: all of them).
+        #[arg(value_name = "NAME",
+              value_parser = PossibleValuesParser::new(FIGURES.iter().map(|f| f.name)))]
+        names: Vec<String>,
+    },
+    /// Write every recorded figure into the markdown blocks that show it.
+    Render,
+    /// Fail when a block differs from its record, or names no known figure.
+    Check,
+}
 
 /// One published figure.
 struct Figure {
@@ -72,7 +101,7 @@ const FIGURES: &[Figure] = &[
             "--bin",
             "compare",
             "--",
-            "--curve",
+            "curve",
             "--workers",
             "1,2",
             "--concurrency",
@@ -155,7 +184,7 @@ const FIGURES: &[Figure] = &[
             "--bin",
             "compare",
             "--",
-            "--h3-servers",
+            "h3-servers",
             "--runs",
             "3",
         ],
@@ -365,19 +394,18 @@ fn render(check: bool) -> Result<Vec<PathBuf>, String> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("list") => {
+    let result = match Args::parse().command {
+        Cmd::List => {
             for f in FIGURES {
                 println!("{:10} {}\n{:10} {}", f.name, f.about, "", command_line(f));
             }
             Ok(())
         }
-        Some("refresh") => {
-            let chosen: Result<Vec<_>, _> = if args.len() == 1 {
+        Cmd::Refresh { names } => {
+            let chosen: Result<Vec<_>, _> = if names.is_empty() {
                 Ok(FIGURES.iter().collect())
             } else {
-                args[1..].iter().map(|n| figure(n)).collect()
+                names.iter().map(|n| figure(n)).collect()
             };
             chosen.and_then(|fs| {
                 for f in fs {
@@ -386,8 +414,8 @@ fn main() -> ExitCode {
                 render(false).map(|d| eprintln!("figures: rendered into {d:?}"))
             })
         }
-        Some("render") => render(false).map(|d| eprintln!("figures: rendered into {d:?}")),
-        Some("check") => render(true).and_then(|d| {
+        Cmd::Render => render(false).map(|d| eprintln!("figures: rendered into {d:?}")),
+        Cmd::Check => render(true).and_then(|d| {
             if d.is_empty() {
                 eprintln!("figures: every block matches its record");
                 Ok(())
@@ -397,7 +425,6 @@ fn main() -> ExitCode {
                 ))
             }
         }),
-        _ => Err("usage: figures list | refresh [NAME...] | render | check".to_owned()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -410,7 +437,14 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory as _;
+
     use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Args::command().debug_assert();
+    }
 
     #[test]
     fn dates_are_civil() {

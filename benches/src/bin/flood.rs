@@ -27,7 +27,9 @@ mod linux {
         time::{Duration, Instant},
     };
 
-    use anyhow::{Context as _, bail};
+    use anyhow::bail;
+    use benches::args::positive;
+    use clap::{Parser, builder::RangedU64ValueParser};
     use test_fixtures::{BUILD_NEQO_BINS, Server, cargo_build, release_binary};
 
     /// The server settings compared, one row each.
@@ -36,35 +38,26 @@ mod linux {
     /// The server's idle timeout (its default): half-open connections are gone after it.
     const IDLE: Duration = Duration::from_secs(10);
 
+    #[derive(Debug, Parser)]
+    #[command(
+        name = "flood",
+        about = "neqo-server under an Initial flood, with and without Retry, while a client \
+                 downloads"
+    )]
     struct Args {
+        /// Initials sent per second.
+        #[arg(long, default_value_t = 5000, value_parser = positive::<u32>)]
         rate: u32,
+        /// Initials sent in all.
+        #[arg(long, default_value_t = 20_000,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
         count: usize,
+        /// Source ports the Initials come from.
+        #[arg(long, default_value_t = 500, value_parser = positive::<usize>)]
         sources: usize,
-        build: bool,
-    }
-
-    fn args() -> anyhow::Result<Args> {
-        let mut a = Args {
-            rate: 5000,
-            count: 20_000,
-            sources: 500,
-            build: true,
-        };
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-            match flag.as_str() {
-                "--rate" => a.rate = value()?.parse()?,
-                "--count" => a.count = value()?.parse()?,
-                "--sources" => a.sources = value()?.parse()?,
-                "--no-build" => a.build = false,
-                _ => bail!("unknown flag {flag}; flags: --rate N --count N --sources N --no-build"),
-            }
-        }
-        if a.rate == 0 || a.count == 0 || a.sources == 0 || a.count > 1_000_000 {
-            bail!("--rate, --count and --sources must be positive, --count at most 1000000");
-        }
-        Ok(a)
+        /// Use the binaries in target/release as they are.
+        #[arg(long)]
+        no_build: bool,
     }
 
     /// The resident set of process `pid` now, in MB.
@@ -94,8 +87,8 @@ mod linux {
     }
 
     pub(super) fn main() -> anyhow::Result<()> {
-        let args = args()?;
-        if args.build {
+        let args = Args::parse();
+        if !args.no_build {
             cargo_build(BUILD_NEQO_BINS).map_err(anyhow::Error::msg)?;
         }
         println!(
@@ -166,5 +159,17 @@ mod linux {
             bail!("{}", failures.join("; "));
         }
         Ok(())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use clap::CommandFactory as _;
+
+        use super::Args;
+
+        #[test]
+        fn the_command_line_is_well_formed() {
+            Args::command().debug_assert();
+        }
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! `quinn-load https://127.0.0.1:PORT/N [-n REQUESTS] [--json FILE]`
 //!
-//! `compare --stacks` runs many of these at once against neqo-server and the msquic server.
+//! `compare stacks` runs many of these at once against neqo-server and the msquic server.
 //! The server's certificate is not checked (the servers here make their own); the address
 //! must be an IP literal, and nothing is resolved.
 

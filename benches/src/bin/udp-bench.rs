@@ -2,72 +2,38 @@
 //!
 //! `cargo run --release -p benches --bin udp-bench -- [--window-ms MS] [--senders 1,2,4,8]`
 
-use std::{process::ExitCode, time::Duration};
+use std::time::Duration;
 
-use benches::udp::{self, RECV_DATAGRAM, SEND_DATAGRAM, SendVariant};
+use benches::{
+    args::{number_in, positive},
+    udp::{self, RECV_DATAGRAM, SEND_DATAGRAM, SendVariant},
+};
+use clap::Parser;
 use neqo_udp::IoMode;
 
+#[derive(Debug, Parser)]
+#[command(
+    name = "udp-bench",
+    about = "What batching buys at the UDP level, measured side by side in one run"
+)]
 struct Args {
-    window: Duration,
+    /// Milliseconds each measurement runs.
+    #[arg(long = "window-ms", value_name = "MS", default_value_t = 1000,
+          value_parser = positive::<u64>)]
+    window_ms: u64,
+    /// Counts of sender threads the receive side is measured with, comma separated.
+    #[arg(long, value_name = "N1,N2,...", value_delimiter = ',', default_value = "1,2,4,8",
+          value_parser = number_in::<usize>(1..=64))]
     senders: Vec<usize>,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        window: Duration::from_millis(1000),
-        senders: vec![1, 2, 4, 8],
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--window-ms" => {
-                let v = value("--window-ms")?;
-                let ms: u64 = v
-                    .parse()
-                    .map_err(|_| format!("--window-ms: not a number: {v}"))?;
-                if ms == 0 {
-                    return Err("--window-ms must be positive".into());
-                }
-                args.window = Duration::from_millis(ms);
-            }
-            "--senders" => {
-                let v = value("--senders")?;
-                args.senders = v
-                    .split(',')
-                    .map(|s| {
-                        s.trim()
-                            .parse::<usize>()
-                            .ok()
-                            .filter(|n| (1..=64).contains(n))
-                    })
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| {
-                        format!("--senders: expected a list like 1,2,4,8 (1..=64), got {v}")
-                    })?;
-            }
-            "-h" | "--help" => {
-                println!("usage: udp-bench [--window-ms MS] [--senders 1,2,4,8]");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
-    }
-    Ok(args)
-}
-
-fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("udp-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+fn main() {
+    let args = Args::parse();
+    let window = Duration::from_millis(args.window_ms);
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     println!(
         "UDP over loopback, {} ms windows, {cores} cores shared by senders and receiver.\n",
-        args.window.as_millis()
+        window.as_millis()
     );
 
     println!(
@@ -79,8 +45,8 @@ fn main() -> ExitCode {
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut kv = Vec::new();
     for &n in &args.senders {
-        let single = udp::measure_recv(IoMode::Single, n, args.window);
-        let batched = udp::measure_recv(IoMode::Batched, n, args.window);
+        let single = udp::measure_recv(IoMode::Single, n, window);
+        let batched = udp::measure_recv(IoMode::Batched, n, window);
         let ratio = batched.datagrams_per_second() / single.datagrams_per_second().max(1.0);
         println!(
             "| {n} | {:.0} | {:.0} | {ratio:.2} | {:.1} | {} | {} | {:.0} | {:.0} |",
@@ -116,7 +82,7 @@ fn main() -> ExitCode {
     println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut base = None;
     for v in SendVariant::ALL {
-        let r = udp::measure_send(v, args.window);
+        let r = udp::measure_send(v, window);
         let cpu = r.cpu_ns_per_datagram();
         let base_cpu = *base.get_or_insert(cpu);
         let gain = base_cpu / cpu.max(f64::MIN_POSITIVE);
@@ -140,5 +106,31 @@ fn main() -> ExitCode {
     for line in kv {
         println!("{line}");
     }
-    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use super::Args;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["udp-bench"]).unwrap();
+        assert_eq!((a.window_ms, a.senders), (1000, vec![1, 2, 4, 8]));
+        let a = Args::try_parse_from(["udp-bench", "--senders", "1, 2"]).unwrap();
+        assert_eq!(a.senders, [1, 2]);
+        for refused in [
+            &["--senders", "0"][..],
+            &["--senders", "65"],
+            &["--window-ms", "0"],
+        ] {
+            assert!(
+                Args::try_parse_from(std::iter::once("udp-bench").chain(refused.iter().copied()))
+                    .is_err(),
+                "{refused:?}"
+            );
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! `compare --curve`: the same many-connection load against neqo-server and the msquic
+//! `compare curve`: the same many-connection load against neqo-server and the msquic
 //! server, for each concurrency C: `neqo-client --concurrency C` (one process, C connections
 //! at once over up to 16 local sockets) downloads `--bytes` in all, but at least 1 MiB per
 //! connection (so that handshakes do not dominate the cost per byte), each connection one
@@ -226,7 +226,7 @@ pub(super) fn curve(
     );
     let mut servers = vec![];
     if let Some(why) = &peers.neqo_missing {
-        eprintln!("compare --curve: cannot run without neqo-client and neqo-server: {why}");
+        eprintln!("compare curve: cannot run without neqo-client and neqo-server: {why}");
         return 1;
     }
     for &io in io_modes {

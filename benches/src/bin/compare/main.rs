@@ -8,21 +8,25 @@
 //! suite, request, byte pattern and verification as the QUIC pairs). After the table, the
 //! ratio of neqo <-> neqo's CPU per GB (both sides) to TCP+TLS's.
 //!
-//! `cargo run --release -p benches --bin compare -- [--runs N] [--bytes B] [--no-build]`
+//! `cargo run --release -p benches --bin compare -- [pairs] [--runs N] [--bytes B]
+//! [--mtu LINK_MTU] [--no-build]` (the pairs are the default: `compare --runs 3` is `compare
+//! pairs --runs 3`)
 //!
-//! With `--curve [--concurrency 1,10,100,1000] [--workers 1,2] [--io batched,single]` it runs
-//! the many-connection curve instead (`curve.rs`): the same load from `neqo-client
-//! --concurrency C` against neqo-server (at each worker count and I/O mode) and the msquic
-//! server, server CPU per GB, Gbit/s, latency and memory for each C.
+//! `compare curve [--concurrency 1,10,100,1000] [--workers 1,2] [--io batched,single]` runs the
+//! many-connection curve instead (`curve.rs`): the same load from `neqo-client --concurrency C`
+//! against neqo-server (at each worker count and I/O mode) and the msquic server, server CPU
+//! per GB, Gbit/s, latency and memory for each C.
 //!
-//! With `--stacks [--processes 1,64]` it measures the server's cost with clients of other
-//! stacks instead (`stacks.rs`): C processes of quinn's client and of the msquic peer's, one
+//! `compare stacks [--processes 1,64]` measures the server's cost with clients of other stacks
+//! instead (`stacks.rs`): C processes of quinn's client and of the msquic peer's, one
 //! connection each, against neqo-server and the msquic server (`--server-arg ARG`, repeatable,
 //! adds to neqo-server's command line: `--server-arg --ack-every=32`).
 //!
-//! With `--h3-servers` it compares HTTP/3 servers instead (`servers.rs`): neqo-server and
-//! Caddy, with neqo-client's and ngtcp2's clients: a large download's server CPU per GB and
-//! 10 000 GETs' server CPU per request.
+//! `compare h3-servers` compares HTTP/3 servers instead (`servers.rs`): neqo-server and Caddy,
+//! with neqo-client's and ngtcp2's clients: a large download's server CPU per GB and 10 000
+//! GETs' server CPU per request.
+//!
+//! Each mode takes `--runs`, `--bytes` and `--no-build`; only its own options besides.
 //!
 //! It builds the peers it needs first (`neqo-client`/`neqo-server` from neqo-bin,
 //! `msquic-peer` with its `msquic` feature, and `tcp-tls` from benches) and says which pairs
@@ -35,6 +39,9 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
+use benches::args::{self, number_in};
+use clap::{Parser, Subcommand, builder::RangedU64ValueParser};
+
 mod curve;
 mod netns;
 mod pairs;
@@ -46,184 +53,145 @@ use pairs::BUILD_TCP_TLS;
 use table::table;
 use test_fixtures::{BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, cargo_build, release_binary};
 
-struct Args {
-    runs: Option<usize>,
-    bytes: Option<u64>,
-    build: bool,
-    /// The many-connection curve at these concurrencies, instead of the pairs.
-    curve: Option<Vec<u64>>,
-    /// The curve's neqo-server worker counts (`None`: its default).
-    workers: Vec<Option<usize>>,
-    /// The curve's neqo-server I/O modes.
-    io: Vec<&'static str>,
-    /// Run the pairs in a network namespace whose loopback has this MTU.
+#[derive(Debug, Parser)]
+#[command(
+    name = "compare",
+    about = "Client/server transfers side by side, as separate processes: neqo, the msquic peer \
+             and TCP+TLS (the default, `pairs`), or one of the other comparisons",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Option<Mode>,
+    /// The pairs' options, for `compare` without a mode.
+    #[command(flatten)]
+    pairs: PairsArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// Every client/server pair (neqo, msquic, each way; TCP+TLS last), one download each,
+    /// as a markdown table. The default.
+    Pairs(PairsArgs),
+    /// The many-connection curve: `neqo-client --concurrency C` against neqo-server and the
+    /// msquic server, for each C.
+    Curve(CurveArgs),
+    /// The server's cost with clients of other stacks (quinn's and msquic's), C processes of
+    /// one connection each, against neqo-server and the msquic server.
+    Stacks(StacksArgs),
+    /// HTTP/3 servers with the same clients: neqo-server against Caddy.
+    H3Servers(H3ServersArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PairsArgs {
+    /// Runs; each goes through every pair in turn.
+    #[arg(long, default_value_t = 5, value_parser = runs())]
+    runs: usize,
+    /// Bytes each pair downloads per run.
+    #[arg(long, default_value_t = 134_217_728, value_parser = args::positive::<u64>)]
+    bytes: u64,
+    /// Run the pairs in a network namespace whose loopback has this MTU (root needed).
+    #[arg(
+        long,
+        value_name = "LINK_MTU",
+        value_parser = clap::value_parser!(u32).range(
+            i64::from(*netns::MTU_RANGE.start())..=i64::from(*netns::MTU_RANGE.end())
+        )
+    )]
     mtu: Option<u32>,
-    /// Clients of other stacks, at these counts of processes, instead of the pairs.
-    stacks: Option<Vec<u64>>,
-    /// More arguments for neqo-server in `--stacks` (`--server-arg`, repeatable).
+    /// Use the binaries in target/release as they are.
+    #[arg(long)]
+    no_build: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct CurveArgs {
+    /// The curve's concurrencies: connections at once, comma separated.
+    #[arg(long, value_name = "C1,C2,...", value_delimiter = ',',
+          default_value = CURVE_LEVELS, value_parser = number_in::<u64>(1..=MAX_LEVEL))]
+    concurrency: Vec<u64>,
+    /// neqo-server's worker counts, comma separated (default: neqo-server's own).
+    #[arg(long, value_name = "W1,W2,...", value_delimiter = ',',
+          value_parser = number_in::<usize>(1..=256))]
+    workers: Vec<usize>,
+    /// neqo-server's I/O modes, comma separated: batched, single.
+    #[arg(long, value_name = "M1,M2,...", value_delimiter = ',', default_value = "batched",
+          value_parser = io_mode)]
+    io: Vec<&'static str>,
+    /// Runs at each concurrency; each goes through every server in turn; medians.
+    #[arg(long, default_value_t = 3, value_parser = runs())]
+    runs: usize,
+    /// Bytes downloaded in all at each concurrency per run (at least 1 MiB per connection).
+    #[arg(long, default_value_t = 256 << 20, value_parser = args::positive::<u64>)]
+    bytes: u64,
+    /// Use the binaries in target/release as they are.
+    #[arg(long)]
+    no_build: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct StacksArgs {
+    /// Counts of client processes, one connection each, comma separated.
+    #[arg(long, value_name = "C1,C2,...", value_delimiter = ',', default_value = "1,64",
+          value_parser = number_in::<u64>(1..=stacks::MAX_PROCESSES))]
+    processes: Vec<u64>,
+    /// One more argument for neqo-server (repeatable): `--server-arg --ack-every=32`.
+    #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
     server_args: Vec<String>,
-    /// neqo-server against Caddy over HTTP/3, instead of the pairs.
-    h3_servers: bool,
+    /// Runs; each goes through every count, shape, stack and server in turn; medians.
+    #[arg(long, default_value_t = 3, value_parser = runs())]
+    runs: usize,
+    /// Bytes the client processes download in all per run.
+    #[arg(long, default_value_t = 256 << 20, value_parser = args::positive::<u64>)]
+    bytes: u64,
+    /// Use the binaries in target/release as they are.
+    #[arg(long)]
+    no_build: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct H3ServersArgs {
+    /// Runs; each goes through every server and client in turn; medians.
+    #[arg(long, default_value_t = 3, value_parser = runs())]
+    runs: usize,
+    /// Bytes of the large download.
+    #[arg(long, default_value_t = 256 << 20, value_parser = args::positive::<u64>)]
+    bytes: u64,
+    /// Use the binaries in target/release as they are.
+    #[arg(long)]
+    no_build: bool,
+}
+
+impl Mode {
+    const fn build(&self) -> bool {
+        let no_build = match self {
+            Self::Pairs(a) => a.no_build,
+            Self::Curve(a) => a.no_build,
+            Self::Stacks(a) => a.no_build,
+            Self::H3Servers(a) => a.no_build,
+        };
+        !no_build
+    }
+}
+
+/// `--runs`: 1 to 1000.
+fn runs() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..=1000)
 }
 
 /// The curve's concurrencies unless `--concurrency` says otherwise.
-const CURVE_LEVELS: [u64; 4] = [1, 10, 100, 1000];
+const CURVE_LEVELS: &str = "1,10,100,1000";
 /// Most connections the curve opens at once (neqo-client's own limit).
 const MAX_LEVEL: u64 = 100_000;
 
-fn parse_levels(v: &str) -> Result<Vec<u64>, String> {
-    v.split(',')
-        .map(|c| {
-            c.trim()
-                .parse()
-                .ok()
-                .filter(|n| (1..=MAX_LEVEL).contains(n))
-                .ok_or_else(|| format!("--concurrency: expected 1..={MAX_LEVEL} each, got {c:?}"))
-        })
-        .collect()
-}
-
-/// `--workers 1,2`: neqo-server's worker counts, 1 to 256 each.
-fn parse_workers(v: &str) -> Result<Vec<Option<usize>>, String> {
-    v.split(',')
-        .map(|w| {
-            w.trim()
-                .parse()
-                .ok()
-                .filter(|n| (1..=256).contains(n))
-                .map(Some)
-                .ok_or_else(|| format!("--workers: expected 1..=256 each, got {w:?}"))
-        })
-        .collect()
-}
-
-/// `--io batched,single`: neqo-server's I/O modes on the curve.
-fn parse_io_modes(v: &str) -> Result<Vec<&'static str>, String> {
-    v.split(',')
-        .map(|m| match m.trim() {
-            "batched" => Ok("batched"),
-            "single" => Ok("single"),
-            other => Err(format!(
-                "--io: expected batched or single each, got {other:?}"
-            )),
-        })
-        .collect()
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        runs: None,
-        bytes: None,
-        build: true,
-        curve: None,
-        workers: vec![None],
-        io: vec!["batched"],
-        mtu: None,
-        stacks: None,
-        server_args: Vec::new(),
-        h3_servers: false,
-    };
-    let mut levels = None;
-    let mut workers = None;
-    let mut io = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
-        match arg.as_str() {
-            "--runs" => {
-                let v = value("--runs")?;
-                a.runs = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n))
-                    .map(Some)
-                    .ok_or_else(|| format!("--runs: expected 1..=1000, got {v}"))?;
-            }
-            "--bytes" => {
-                let v = value("--bytes")?;
-                a.bytes = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .map(Some)
-                    .ok_or_else(|| format!("--bytes: expected a positive number, got {v}"))?;
-            }
-            "--no-build" => a.build = false,
-            "--mtu" => {
-                let v = value("--mtu")?;
-                a.mtu = v
-                    .parse()
-                    .ok()
-                    .filter(|n| netns::MTU_RANGE.contains(n))
-                    .map(Some)
-                    .ok_or_else(|| {
-                        let (lo, hi) = (netns::MTU_RANGE.start(), netns::MTU_RANGE.end());
-                        format!("--mtu: expected a link MTU of {lo} to {hi} bytes, got {v}")
-                    })?;
-            }
-            "--curve" => a.curve = Some(CURVE_LEVELS.to_vec()),
-            "--h3-servers" => a.h3_servers = true,
-            "--stacks" => a.stacks = Some(vec![1, 64]),
-            "--server-arg" => a.server_args.push(value("--server-arg")?),
-            "--processes" => {
-                let v = value("--processes")?;
-                a.stacks = Some(
-                    v.split(',')
-                        .map(|c| {
-                            c.trim()
-                                .parse()
-                                .ok()
-                                .filter(|n| (1..=stacks::MAX_PROCESSES).contains(n))
-                                .ok_or_else(|| {
-                                    format!(
-                                        "--processes: expected 1..={} each, got {c:?}",
-                                        stacks::MAX_PROCESSES
-                                    )
-                                })
-                        })
-                        .collect::<Result<_, _>>()?,
-                );
-            }
-            "--concurrency" => levels = Some(parse_levels(&value("--concurrency")?)?),
-            "--workers" => workers = Some(parse_workers(&value("--workers")?)?),
-            "--io" => io = Some(parse_io_modes(&value("--io")?)?),
-            "-h" | "--help" => {
-                println!(
-                    "usage: compare [--runs N] [--bytes B] [--mtu LINK_MTU] [--no-build]\n       compare --curve [--concurrency C1,C2,...] [--workers W1,W2,...] [--io M1,M2,...] [--runs N] [--bytes B] [--no-build]\n       compare --stacks [--processes C1,C2,...] [--server-arg ARG]... [--runs N] [--bytes B] [--no-build]\n       compare --h3-servers [--runs N] [--bytes B] [--no-build]"
-                );
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
+/// An item of `--io batched,single`: one of neqo-server's I/O modes.
+fn io_mode(m: &str) -> Result<&'static str, String> {
+    match m.trim() {
+        "batched" => Ok("batched"),
+        "single" => Ok("single"),
+        other => Err(format!("expected batched or single each, got {other:?}")),
     }
-    match (levels, &mut a.curve) {
-        (Some(l), Some(c)) => *c = l,
-        (Some(_), None) => return Err("--concurrency: only with --curve".to_owned()),
-        (None, _) => {}
-    }
-    if a.h3_servers && (a.stacks.is_some() || a.curve.is_some() || a.mtu.is_some()) {
-        return Err("--h3-servers: not with --stacks, --curve or --mtu".to_owned());
-    }
-    if a.stacks.is_some() && (a.curve.is_some() || a.mtu.is_some()) {
-        return Err("--stacks (or --processes): not with --curve or --mtu".to_owned());
-    }
-    if !a.server_args.is_empty() && a.stacks.is_none() {
-        return Err("--server-arg: only with --stacks".to_owned());
-    }
-    if a.mtu.is_some() && a.curve.is_some() {
-        return Err("--mtu: only for the pairs, not with --curve".to_owned());
-    }
-    match (workers, &a.curve) {
-        (Some(w), Some(_)) => a.workers = w,
-        (Some(_), None) => return Err("--workers: only with --curve".to_owned()),
-        (None, _) => {}
-    }
-    match (io, &a.curve) {
-        (Some(m), Some(_)) => a.io = m,
-        (Some(_), None) => return Err("--io: only with --curve".to_owned()),
-        (None, _) => {}
-    }
-    Ok(a)
 }
 
 struct Peers {
@@ -325,67 +293,48 @@ fn positive(report: &serde_json::Value, key: &str) -> Option<f64> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("compare: {e}");
-            return ExitCode::from(2);
+    let cli = Cli::parse();
+    let mode = cli.mode.unwrap_or(Mode::Pairs(cli.pairs));
+    let build = mode.build();
+    let peers = prepare(build);
+    let failed = match mode {
+        Mode::H3Servers(a) => servers::h3_servers(&peers, a.bytes, a.runs),
+        Mode::Stacks(a) => stacks::stacks(
+            &peers,
+            (&a.processes, &a.server_args),
+            a.bytes,
+            a.runs,
+            build,
+        ),
+        Mode::Curve(a) => {
+            // No `--workers`: one neqo-server at its own default.
+            let workers: Vec<Option<usize>> = if a.workers.is_empty() {
+                vec![None]
+            } else {
+                a.workers.into_iter().map(Some).collect()
+            };
+            curve::curve(&peers, &a.concurrency, (&workers, &a.io), a.bytes, a.runs)
         }
+        Mode::Pairs(a) => return pairs_table(&peers, &a),
     };
-    let peers = prepare(args.build);
-    if args.h3_servers {
-        let failed = servers::h3_servers(
-            &peers,
-            args.bytes.unwrap_or(256 << 20),
-            args.runs.unwrap_or(3),
-        );
-        if failed > 0 {
-            eprintln!("compare: {failed} point(s) failed");
-            return ExitCode::FAILURE;
-        }
-        return ExitCode::SUCCESS;
+    if failed > 0 {
+        eprintln!("compare: {failed} point(s) failed");
+        return ExitCode::FAILURE;
     }
-    if let Some(processes) = &args.stacks {
-        let bytes = args.bytes.unwrap_or(256 << 20);
-        let failed = stacks::stacks(
-            &peers,
-            (processes, &args.server_args),
-            bytes,
-            args.runs.unwrap_or(3),
-            args.build,
-        );
-        if failed > 0 {
-            eprintln!("compare: {failed} point(s) failed");
-            return ExitCode::FAILURE;
-        }
-        return ExitCode::SUCCESS;
-    }
-    if let Some(levels) = &args.curve {
-        let bytes = args.bytes.unwrap_or(256 << 20);
-        let failed = curve::curve(
-            &peers,
-            levels,
-            (&args.workers, &args.io),
-            bytes,
-            args.runs.unwrap_or(3),
-        );
-        if failed > 0 {
-            eprintln!("compare: {failed} point(s) failed");
-            return ExitCode::FAILURE;
-        }
-        return ExitCode::SUCCESS;
-    }
-    let runs = args.runs.unwrap_or(5);
-    let bytes = args.bytes.unwrap_or(134_217_728);
-    let _link = match args.mtu.map(netns::Link::create).transpose() {
+    ExitCode::SUCCESS
+}
+
+/// The pairs' table, in a network namespace of its own with `--mtu`.
+fn pairs_table(peers: &Peers, a: &PairsArgs) -> ExitCode {
+    let _link = match a.mtu.map(netns::Link::create).transpose() {
         Ok(l) => l,
         Err(e) => {
             eprintln!("compare: {e}");
             return ExitCode::from(2);
         }
     };
-    let (out, failed) = table(&peers, runs, bytes);
-    if let Some(mtu) = args.mtu {
+    let (out, failed) = table(peers, a.runs, a.bytes);
+    if let Some(mtu) = a.mtu {
         println!(
             "Every pair in a network namespace whose loopback has a {mtu}-byte MTU; neqo's sides at their defaults (the sending side's path MTU discovery follows the route, up to what the link carries).\n"
         );
@@ -467,19 +416,107 @@ mod tests {
 
     #[test]
     fn curve_io_modes_parse() {
+        assert_eq!(io_mode("batched"), Ok("batched"));
+        assert_eq!(io_mode(" single "), Ok("single"));
+        // io_uring was removed (docs/io_uring.md).
+        assert!(io_mode("uring").unwrap_err().contains("\"uring\""));
+        assert!(io_mode("fast").unwrap_err().contains("\"fast\""));
+        assert!(io_mode("").is_err());
+        let curve = |args: &[&str]| match Cli::try_parse_from(args) {
+            Ok(Cli {
+                mode: Some(Mode::Curve(a)),
+                ..
+            }) => Ok(a.io),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(curve(&["compare", "curve"]), Ok(vec!["batched"]));
+        let Ok(Cli {
+            mode: Some(Mode::Curve(c)),
+            ..
+        }) = Cli::try_parse_from(["compare", "curve"])
+        else {
+            panic!("curve")
+        };
+        assert_eq!(c.concurrency, [1, 10, 100, 1000]);
+        assert!(c.workers.is_empty());
         assert_eq!(
-            parse_io_modes("batched,single"),
+            curve(&["compare", "curve", "--io", "batched,single"]),
             Ok(vec!["batched", "single"])
         );
-        // io_uring was removed (docs/io_uring.md).
-        assert!(parse_io_modes("uring").unwrap_err().contains("\"uring\""));
-        assert_eq!(parse_io_modes(" single "), Ok(vec!["single"]));
-        assert!(
-            parse_io_modes("batched,fast")
-                .unwrap_err()
-                .contains("\"fast\"")
+        assert_eq!(
+            curve(&["compare", "curve", "--io", "batched,fast"]),
+            Err(clap::error::ErrorKind::ValueValidation)
         );
-        assert!(parse_io_modes("").is_err());
+    }
+
+    #[test]
+    fn the_pairs_are_the_default_and_each_mode_takes_only_its_options() {
+        use clap::{CommandFactory as _, error::ErrorKind};
+
+        Cli::command().debug_assert();
+
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map_err(|e| e.kind());
+        let Ok(Cli {
+            mode: None,
+            pairs: default,
+        }) = parse(&["compare", "--runs", "3", "--mtu", "9000"])
+        else {
+            panic!("no mode: the pairs")
+        };
+        assert_eq!((default.runs, default.bytes), (3, 134_217_728));
+        assert_eq!(default.mtu, Some(9000));
+        assert!(matches!(
+            parse(&["compare", "pairs", "--no-build"]),
+            Ok(Cli {
+                mode: Some(Mode::Pairs(PairsArgs { no_build: true, .. })),
+                ..
+            })
+        ));
+        let Ok(Cli {
+            mode: Some(Mode::Stacks(s)),
+            ..
+        }) = parse(&["compare", "stacks", "--server-arg", "--ack-every=32"])
+        else {
+            panic!("stacks")
+        };
+        assert_eq!(
+            (s.processes, s.server_args),
+            (vec![1, 64], vec!["--ack-every=32".to_owned()])
+        );
+        assert_eq!(
+            parse(&["compare", "--runs", "3", "curve"]).err(),
+            Some(ErrorKind::ArgumentConflict),
+            "the pairs' options are not a mode's"
+        );
+        for refused in [
+            &["compare", "curve", "--mtu", "9000"][..],
+            &["compare", "--concurrency", "1"],
+            &["compare", "pairs", "--workers", "2"],
+            &["compare", "h3-servers", "--processes", "1"],
+            &["compare", "stacks", "--io", "single"],
+            &["compare", "curve", "--server-arg", "x"],
+        ] {
+            assert_eq!(
+                parse(refused).err(),
+                Some(ErrorKind::UnknownArgument),
+                "{refused:?}"
+            );
+        }
+        for invalid in [
+            &["compare", "--runs", "0"][..],
+            &["compare", "--bytes", "0"],
+            &["compare", "--mtu", "1000"],
+            &["compare", "curve", "--concurrency", "1,100001"],
+            &["compare", "curve", "--workers", "0"],
+            &["compare", "stacks", "--processes", "257"],
+        ] {
+            assert_eq!(
+                parse(invalid).err(),
+                Some(ErrorKind::ValueValidation),
+                "{invalid:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `compare --h3-servers`: neqo-server against another HTTP/3 server users pick, Caddy (quic-go
+//! `compare h3-servers`: neqo-server against another HTTP/3 server users pick, Caddy (quic-go
 //! inside), with the same clients: neqo-client (`--alpn h3`) and, where Debian's
 //! `ngtcp2-client` is installed, ngtcp2's `gtlsclient`. Both servers serve one root (a file of
 //! `--bytes`, 256 MiB by default, and a 1000-byte one) with the same certificate. For each

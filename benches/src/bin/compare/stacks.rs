@@ -1,4 +1,4 @@
-//! `compare --stacks`: the server's cost where other stacks' clients meet it. For each count
+//! `compare stacks`: the server's cost where other stacks' clients meet it. For each count
 //! C of client processes, C processes of one client stack (quinn's, as `quinn-load`, and
 //! the msquic peer's client), one connection each as users' clients are, download `--bytes`
 //! in all, every byte verified, in each of two shapes ([`Shape`]): 1 MiB requests one after
@@ -258,13 +258,13 @@ pub(super) fn stacks(
         .as_ref()
         .or(peers.msquic_missing.as_ref())
     {
-        eprintln!("compare --stacks: needs neqo-server and msquic-peer: {why}");
+        eprintln!("compare stacks: needs neqo-server and msquic-peer: {why}");
         return 1;
     }
     if build {
         eprintln!("building quinn-load (release)...");
         if let Err(e) = cargo_build(BUILD_QUINN_LOAD) {
-            eprintln!("compare --stacks: {e}");
+            eprintln!("compare stacks: {e}");
             return 1;
         }
     }
@@ -304,7 +304,7 @@ pub(super) fn stacks(
                         &mut points[index].1,
                     ) {
                         eprintln!(
-                            "compare --stacks: {c} {} against {}: {e}",
+                            "compare stacks: {c} {} against {}: {e}",
                             stack.name(),
                             server.name()
                         );

@@ -67,6 +67,7 @@ mod linux {
     };
 
     use anyhow::{Context as _, bail};
+    use clap::{Parser, builder::RangedU64ValueParser};
     use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
     use test_fixtures::{BUILD_NEQO_BINS, BUILD_RELAY, Server, cargo_build, release_binary};
 
@@ -83,43 +84,37 @@ mod linux {
     /// How long running jobs get to end once the load stops.
     const WIND_DOWN: Duration = Duration::from_secs(200);
 
+    #[derive(Debug, Parser)]
+    #[command(
+        name = "soak",
+        about = "neqo-server under a seeded mixed load with faults and attack bursts, sampled each \
+                 second; fails on an unexplained failure or state left"
+    )]
     struct Args {
+        /// Minutes of load, 0.5 to 600.
+        #[arg(long, default_value_t = 30.0, value_parser = minutes)]
         minutes: f64,
+        /// Seed of the load's random choices.
+        #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Client processes at once, 1 to 32.
+        #[arg(long, default_value_t = 6,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..=32))]
         clients: usize,
+        /// Where the report, samples, plot and the jobs' files go (emptied first).
+        #[arg(long, value_name = "DIR", default_value = "target/soak")]
         out: PathBuf,
-        build: bool,
+        /// Use the binaries in target/release as they are.
+        #[arg(long)]
+        no_build: bool,
     }
 
-    fn args() -> anyhow::Result<Args> {
-        let mut a = Args {
-            minutes: 30.0,
-            seed: 1,
-            clients: 6,
-            out: PathBuf::from("target/soak"),
-            build: true,
-        };
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-            match flag.as_str() {
-                "--minutes" => a.minutes = value()?.parse().context("--minutes")?,
-                "--seed" => a.seed = value()?.parse().context("--seed")?,
-                "--clients" => a.clients = value()?.parse().context("--clients")?,
-                "--out" => a.out = PathBuf::from(value()?),
-                "--no-build" => a.build = false,
-                _ => bail!(
-                    "unknown flag {flag}; flags: --minutes M (0.5 to 600) --seed S --clients N (1 to 32) --out DIR --no-build"
-                ),
-            }
-        }
-        if !(0.5..=600.0).contains(&a.minutes) {
-            bail!("--minutes {}: 0.5 to 600", a.minutes);
-        }
-        if !(1..=32).contains(&a.clients) {
-            bail!("--clients {}: 1 to 32 client processes at once", a.clients);
-        }
-        Ok(a)
+    /// `--minutes`: 0.5 to 600.
+    fn minutes(v: &str) -> Result<f64, String> {
+        v.parse()
+            .ok()
+            .filter(|m| (0.5..=600.0).contains(m))
+            .ok_or_else(|| format!("expected 0.5 to 600 minutes, got {v}"))
     }
 
     /// A free TCP port on 127.0.0.1 for the metrics endpoint.
@@ -195,8 +190,8 @@ mod linux {
     }
 
     pub fn main() -> anyhow::Result<bool> {
-        let a = args()?;
-        if a.build {
+        let a = Args::parse();
+        if !a.no_build {
             eprintln!("soak: building neqo-server, neqo-client and neqo-relay (release)...");
             cargo_build(BUILD_NEQO_BINS).map_err(anyhow::Error::msg)?;
             cargo_build(BUILD_RELAY).map_err(anyhow::Error::msg)?;
@@ -480,5 +475,17 @@ mod linux {
         let pass = unexplained.is_empty() && hung == 0 && drained_after.is_some() && clean_exit;
         println!("verdict: {}", if pass { "pass" } else { "FAIL" });
         Ok(pass)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use clap::CommandFactory as _;
+
+        use super::Args;
+
+        #[test]
+        fn the_command_line_is_well_formed() {
+            Args::command().debug_assert();
+        }
     }
 }
