@@ -23,7 +23,6 @@ pub mod cli;
 pub mod client;
 pub mod disk;
 pub mod h3;
-pub mod idmap;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -23,6 +23,8 @@
 //!   `TransportConfig` in one place; [`tls`]: the rustls configs for QUIC (and for TLS over
 //!   TCP, to compare against).
 //! - [`run_client`]: a client on a runtime of its own, for tools and tests.
+//! - For applications: [`Jobs`], work off the driver thread that wakes it when done;
+//!   [`IdMap`], maps keyed by connection handles and stream IDs with a cheap hash.
 //! - `testing` (feature `testing`): a seeded in-memory network on a virtual clock that
 //!   drivers run on, deterministic, for tests of applications.
 //!
@@ -37,6 +39,8 @@ mod counters;
 mod datapath;
 mod error;
 mod events;
+mod idmap;
+mod jobs;
 mod pacer;
 mod precise_timer;
 mod rx;
@@ -66,6 +70,8 @@ pub use channel::{CHANNEL_RECV_BATCH, ChannelDatapath};
 pub use counters::{DriverCounters, EcnCounts};
 pub use datapath::{Datapath, SocketDatapath};
 pub use error::ConfigError;
+pub use idmap::{IdHasher, IdMap, IdSet};
+pub use jobs::Jobs;
 use neqo_udp::{Datagram, Socket, Stats, TxQueue};
 pub use pacer::{BURST_DATAGRAMS, PacingTimer};
 use quinn_proto::{

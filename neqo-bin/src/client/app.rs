@@ -20,7 +20,7 @@ use super::{
     report,
     requests::{Open, Shared},
 };
-use crate::idmap::IdMap;
+use neqo_driver::IdMap;
 use neqo_driver::{Application, Driver, tls::counters::CountingClient};
 
 pub(super) struct ClientApp {

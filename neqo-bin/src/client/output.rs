@@ -5,7 +5,11 @@
 //! flight and the buffer is full, [`Output::room`] is 0 and the caller reads no more of the
 //! stream, so a slow disk holds the server back through flow control.
 
-use std::{fs::File, io, path::PathBuf};
+use std::{
+    fs::File,
+    io::{self, Write as _},
+    path::PathBuf,
+};
 
 /// Where one body goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -57,7 +61,7 @@ fn stdout() -> io::Result<File> {
 use bytes::BytesMut;
 use quinn_proto::{ConnectionHandle, StreamId};
 
-use crate::disk::{self, Jobs};
+use neqo_driver::Jobs;
 
 use neqo_protocols::pattern::CHUNK;
 
@@ -154,7 +158,7 @@ impl Output {
         let last = self.fin;
         let (file, sink) = (self.file.take(), self.sink.clone());
         Some(move || {
-            let file = disk::write_chunk(file, || sink.open(), &data)?;
+            let file = write_chunk(file, || sink.open(), &data)?;
             Ok((!last).then_some(file))
         })
     }
@@ -172,9 +176,52 @@ impl Output {
     }
 }
 
+/// Writes `data` to `file`, or to the file `open` makes first when `file` is `None`;
+/// returns the file for the next chunk. Blocking; run it with [`Jobs`].
+///
+/// # Errors
+/// Opening or writing failed (no space, permissions, a directory in the way, a closed pipe).
+pub fn write_chunk(
+    file: Option<File>,
+    open: impl FnOnce() -> io::Result<File>,
+    data: &[u8],
+) -> io::Result<File> {
+    let mut file = match file {
+        Some(f) => f,
+        None => open()?,
+    };
+    file.write_all(data)?;
+    Ok(file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("neqo-bin-output-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn writes_create_then_append_and_fail_cleanly() {
+        let dir = scratch("write");
+        let path = dir.join("out");
+        let f = write_chunk(None, || File::create(&path), b"hello, ").unwrap();
+        let _f = write_chunk(Some(f), || unreachable!(), b"world").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"hello, world");
+        std::fs::create_dir(dir.join("in-the-way")).unwrap();
+        assert!(write_chunk(None, || File::create(dir.join("in-the-way")), b"x").is_err());
+        #[cfg(target_os = "linux")]
+        {
+            let full = write_chunk(None, || File::create("/dev/full"), b"x").unwrap_err();
+            assert_eq!(full.raw_os_error(), Some(libc::ENOSPC));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn one_write_in_flight_and_room_only_when_the_buffer_drains() {

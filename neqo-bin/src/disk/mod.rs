@@ -1,16 +1,12 @@
-//! File work off the driver thread.
+//! The server's files, read off the driver thread.
 //!
-//! The driver thread must never block on a disk (or a network file system), so every open,
-//! read, create and write runs as a job on tokio's blocking pool, and its result comes back
-//! through [`Jobs`], which the application polls from
-//! [`Application::poll_wake`](neqo_driver::Application::poll_wake): a finished job wakes
-//! the driver, whose next turn lets the application act on it.
+//! The driver thread must never block on a disk (or a network file system), so every open and
+//! read runs as a job on tokio's blocking pool ([`neqo_driver::Jobs`]), which wakes the driver
+//! when it is done.
 //!
-//! Memory stays bounded because the callers keep at most one job in flight per stream, each
-//! moving at most [`CHUNK`] bytes: a reader reads the next chunk only once the stream took the
-//! last one, and a writer reads no more of its QUIC stream while a chunk is being written, so
-//! a slow disk holds the peer back through flow control instead of filling memory.
-
+//! Memory stays bounded because the server keeps at most one job in flight per stream, each
+//! moving at most [`CHUNK`] bytes: it reads the next chunk only once the stream took the last
+//! one, so a slow peer holds the reads back through flow control instead of filling memory.
 //!
 //! One exception: a small file whose path and bytes are in the kernel's caches is read on the
 //! thread that wants it ([`Root::read_at_once`]): that read cannot block, and a hand-off to
@@ -20,16 +16,13 @@
 mod at_once;
 
 use std::{
-    collections::VecDeque,
     fs::File,
-    io::{self, Read as _, Write as _},
+    io::{self, Read as _},
     path::Path,
     sync::Arc,
-    task::{Context, Poll},
 };
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::mpsc;
 
 use neqo_protocols::pattern::CHUNK;
 
@@ -67,60 +60,6 @@ impl Root {
     }
 }
 
-/// Jobs running on tokio's blocking pool, and their results.
-///
-/// The channel is unbounded, but holds at most one result per job in flight.
-#[derive(Debug)]
-pub struct Jobs<M> {
-    tx: mpsc::UnboundedSender<M>,
-    rx: mpsc::UnboundedReceiver<M>,
-    /// Results taken off the channel by [`poll_ready`](Self::poll_ready).
-    ready: VecDeque<M>,
-}
-
-impl<M: Send + 'static> Default for Jobs<M> {
-    fn default() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        Self {
-            tx,
-            rx,
-            ready: VecDeque::new(),
-        }
-    }
-}
-
-impl<M: Send + 'static> Jobs<M> {
-    /// Runs `job` on the blocking pool; its result comes back through [`take`](Self::take).
-    /// Must be called inside a tokio runtime.
-    pub fn spawn(&self, job: impl FnOnce() -> M + Send + 'static) {
-        let tx = self.tx.clone();
-        // The result is discarded only if `self` is gone, and with it whoever wanted it.
-        drop(tokio::task::spawn_blocking(move || {
-            let _ = tx.send(job());
-        }));
-    }
-
-    /// `Ready` when a result is waiting; otherwise `cx` is woken when one arrives.
-    pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if !self.ready.is_empty() {
-            return Poll::Ready(());
-        }
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(m)) => {
-                self.ready.push_back(m);
-                Poll::Ready(())
-            }
-            // The channel cannot close: `self` holds a sender.
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
-        }
-    }
-
-    /// The next finished job's result, if any.
-    pub fn take(&mut self) -> Option<M> {
-        self.ready.pop_front().or_else(|| self.rx.try_recv().ok())
-    }
-}
-
 /// A chunk read from a file being sent, and the file to read the rest from.
 #[derive(Debug)]
 pub struct FileChunk {
@@ -134,7 +73,7 @@ pub struct FileChunk {
 }
 
 /// Reads the next chunk of a file sent as `remaining` more bytes (its length when opened, less
-/// what was read): exactly `min(remaining, CHUNK)` bytes. Blocking; run it with [`Jobs`].
+/// what was read): exactly `min(remaining, CHUNK)` bytes. Blocking; run it with [`Jobs`](neqo_driver::Jobs).
 ///
 /// # Errors
 /// A read error, or the file ending early (it shrank since it was opened): a body can only be
@@ -164,26 +103,10 @@ pub fn read_chunk(mut file: File, remaining: u64) -> io::Result<FileChunk> {
     })
 }
 
-/// Writes `data` to `file`, or to the file `open` makes first when `file` is `None`;
-/// returns the file for the next chunk. Blocking; run it with [`Jobs`].
-///
-/// # Errors
-/// Opening or writing failed (no space, permissions, a directory in the way, a closed pipe).
-pub fn write_chunk(
-    file: Option<File>,
-    open: impl FnOnce() -> io::Result<File>,
-    data: &[u8],
-) -> io::Result<File> {
-    let mut file = match file {
-        Some(f) => f,
-        None => open()?,
-    };
-    file.write_all(data)?;
-    Ok(file)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+
     use super::*;
 
     fn scratch(name: &str) -> std::path::PathBuf {
@@ -223,47 +146,6 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         assert!(e.to_string().contains("early"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn writes_create_then_append_and_fail_cleanly() {
-        let dir = scratch("write");
-        let path = dir.join("out");
-        let f = write_chunk(None, || File::create(&path), b"hello, ").unwrap();
-        let _f = write_chunk(Some(f), || unreachable!(), b"world").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"hello, world");
-        std::fs::create_dir(dir.join("in-the-way")).unwrap();
-        assert!(write_chunk(None, || File::create(dir.join("in-the-way")), b"x").is_err());
-        #[cfg(target_os = "linux")]
-        {
-            let full = write_chunk(None, || File::create("/dev/full"), b"x").unwrap_err();
-            assert_eq!(full.raw_os_error(), Some(libc::ENOSPC));
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn results_come_back_and_wake() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let mut jobs = Jobs::default();
-            for i in 0..3u32 {
-                jobs.spawn(move || i * 10);
-            }
-            let mut got = Vec::new();
-            while got.len() < 3 {
-                std::future::poll_fn(|cx| jobs.poll_ready(cx)).await;
-                while let Some(m) = jobs.take() {
-                    got.push(m);
-                }
-            }
-            got.sort_unstable();
-            assert_eq!(got, [0, 10, 20]);
-            assert!(jobs.take().is_none());
-        });
     }
 }
 

@@ -20,7 +20,7 @@ use std::{
 };
 
 pub use super::reader::{PIECE_COST, RECV_HELD};
-use crate::idmap::{IdMap, IdSet};
+use neqo_driver::{IdMap, IdSet};
 
 use super::{
     reader::{Holding, Reader},

@@ -21,7 +21,7 @@ use bytes::{Bytes, BytesMut};
 use h3::error::Code;
 use quinn_proto::{Connection, ReadError, StreamId};
 
-use crate::idmap::IdSet;
+use neqo_driver::IdSet;
 
 use super::{
     guard::{Cut, Guard, Take, Violation},

@@ -12,7 +12,7 @@ use super::{
     mailbox::code,
     reader::{Holding, Inbound},
 };
-use crate::idmap::IdSet;
+use neqo_driver::IdSet;
 
 /// One stream's two directions, as far as the mailbox carries them.
 pub(super) struct Stream {

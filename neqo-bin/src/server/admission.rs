@@ -35,7 +35,7 @@ use quinn_proto::ConnectionHandle;
 
 pub use super::ledger::ClientSource;
 use super::ledger::Ledger;
-use crate::idmap::IdMap;
+use neqo_driver::IdMap;
 
 /// `--retry auto` sends a Retry to a new connection whose source has this many handshakes in
 /// progress already: a client opening more at once than a browser does, or one flooding

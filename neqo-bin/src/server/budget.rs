@@ -49,7 +49,7 @@
 use quinn_proto::ConnectionHandle;
 
 use super::{ledger::ClientSource, prefixes::Tally};
-use crate::idmap::IdMap;
+use neqo_driver::IdMap;
 
 /// A source's share of the budget: a sixteenth.
 pub const SOURCE_SHARE: u64 = 16;

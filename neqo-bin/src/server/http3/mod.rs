@@ -35,10 +35,9 @@ use quinn_proto::{Connection, ConnectionHandle, Event, VarInt};
 use respond::FileDone;
 use session::{Session, Shared};
 
-use crate::{
-    disk::{Jobs, Root},
-    idmap::IdMap,
-};
+use crate::disk::Root;
+
+use neqo_driver::{IdMap, Jobs};
 
 use neqo_protocols::hq;
 

@@ -34,7 +34,7 @@ enum Uni {
 /// The client's unidirectional streams.
 #[derive(Debug, Default)]
 pub(super) struct Peer {
-    streams: crate::idmap::IdMap<StreamId, Uni>,
+    streams: neqo_driver::IdMap<StreamId, Uni>,
     control: bool,
     encoder: bool,
     decoder: bool,

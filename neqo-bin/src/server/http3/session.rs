@@ -23,9 +23,9 @@ use super::{
 };
 use crate::{
     body::{self, Pumped, StreamClosed},
-    disk::{Jobs, Root},
-    idmap::IdMap,
+    disk::Root,
 };
+use neqo_driver::{IdMap, Jobs};
 
 /// What a worker's connections share.
 pub(super) struct Shared<'a> {
