@@ -12,10 +12,11 @@ use std::{
 };
 
 use neqo_bin::{
-    ALPN_H3,
     client::{self, ClientConfig, ClientReport},
     server::{ServerConfig, ServerHandle, ServerReport},
 };
+
+use neqo_protocols::ALPN_H3;
 
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 

@@ -1,7 +1,6 @@
 //! `hq-interop` (HTTP/0.9), HTTP/3 and `perf` servers and clients on `neqo-driver`'s endpoint
 //! driver and `neqo-udp`'s batched sockets.
 //!
-//! - [`h3`]: HTTP/3 with the `h3` crate over the driver's connections (the client's).
 //! - [`server`]: [`server::ServerHandle::start`] runs a server on its own thread.
 //! - `client` (feature `cli`): `client::run` runs a client to completion and reports.
 //! - `cli` (feature `cli`): the binaries' command lines, checks and logging.
@@ -22,10 +21,6 @@ pub mod cli;
 #[cfg(feature = "cli")]
 pub mod client;
 pub mod disk;
-pub mod h3;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
-
-/// HTTP/3 (RFC 9114).
-pub const ALPN_H3: &str = "h3";

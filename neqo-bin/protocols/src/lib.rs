@@ -6,6 +6,8 @@
 //!   the stream error codes.
 //! - [`perf`]: draft-banks-quic-performance as secnetperf speaks it.
 //! - [`pattern`]: the generated body of `/N` responses and `perf` transfers, and its check.
+//!
+//! Beside them, the ALPN of each protocol the peers here speak.
 
 pub mod hq;
 pub mod pattern;
@@ -15,3 +17,6 @@ pub mod perf;
 pub const ALPN_HQ: &str = "hq-interop";
 /// draft-banks-quic-performance.
 pub const ALPN_PERF: &str = "perf";
+/// HTTP/3 (RFC 9114), whose rules live with its implementations (neqo-server's own, and
+/// neqo-h3 on the `h3` crate).
+pub const ALPN_H3: &str = "h3";

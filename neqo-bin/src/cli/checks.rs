@@ -6,7 +6,7 @@ use std::{path::Path, time::Duration};
 use anyhow::{Context as _, bail};
 use neqo_udp::MAX_BATCH_SIZE;
 
-use crate::ALPN_H3;
+use neqo_protocols::ALPN_H3;
 
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 

@@ -8,14 +8,12 @@ use super::{
     IoArgs, MAX_REQUESTS, check_alpn, check_count, check_positive, check_seconds,
     check_stream_bytes, check_writable_dir, parse_size, shutdown_signal, write_json,
 };
-use crate::{
-    ALPN_H3,
-    client::{self, ClientConfig, Save},
-};
+use crate::client::{self, ClientConfig, Save};
 use neqo_driver::{
     TransportOptions,
     tls::{CipherSuite, Trust},
 };
+use neqo_protocols::ALPN_H3;
 use neqo_protocols::{ALPN_HQ, ALPN_PERF, hq};
 
 /// `neqo-client` flags.

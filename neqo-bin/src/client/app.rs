@@ -56,7 +56,7 @@ impl ClientApp {
         config: ClientConfig,
         progress: Option<Progress>,
     ) -> Self {
-        let h3 = (config.alpn == crate::ALPN_H3).then(|| {
+        let h3 = (config.alpn == neqo_protocols::ALPN_H3).then(|| {
             Http3::new(
                 requests.clone(),
                 config.parallel,

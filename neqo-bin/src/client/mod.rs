@@ -30,11 +30,11 @@ pub use self::{
     load::{Percentiles, Spread},
     report::ClientReport,
 };
-use crate::ALPN_H3;
 use neqo_driver::{
     Driver, DriverConfig, TransportOptions,
     tls::{self, Trust},
 };
+use neqo_protocols::ALPN_H3;
 use neqo_protocols::{
     ALPN_HQ, ALPN_PERF,
     hq::{self, Target},
@@ -245,7 +245,7 @@ pub async fn run_until(
         );
     }
     if config.alpn == ALPN_H3 {
-        config.transport.uni_streams = crate::h3::UNI_STREAMS;
+        config.transport.uni_streams = neqo_h3::UNI_STREAMS;
     }
     if let Save::Dir(dir) = config.save.clone() {
         tokio::task::spawn_blocking(move || {

@@ -158,7 +158,7 @@ impl Application for ServerApp {
         // The ALPN is known once the client's hello is read, before any stream (0-RTT ones
         // included) is opened.
         if matches!(event, Event::HandshakeDataReady)
-            && tls::negotiated_alpn(conn).as_deref() == Some(crate::ALPN_H3)
+            && tls::negotiated_alpn(conn).as_deref() == Some(neqo_protocols::ALPN_H3)
         {
             self.requests.gone(ch);
             self.http3.start(ch, conn, self.windows.window(ch), now);

@@ -210,8 +210,8 @@ fn prepare(
     let crypto = tls::server_crypto_with(&identity, &config.alpns, config.secrets)?;
     let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
     config.transport.mtu_upper_bound = listen_mtu_bound(&config.listen, config.transport.max_mtu);
-    if config.alpns.iter().any(|a| a == crate::ALPN_H3) {
-        config.transport.uni_streams = crate::h3::UNI_STREAMS;
+    if config.alpns.iter().any(|a| a == neqo_protocols::ALPN_H3) {
+        config.transport.uni_streams = http3::UNI_STREAMS;
     }
     // Per-connection qlog streams are made at admission; the shared config has none.
     let shared = TransportOptions {

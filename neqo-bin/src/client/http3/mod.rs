@@ -1,4 +1,4 @@
-//! The client's HTTP/3 connections (`--alpn h3`): each an [`Engine`](crate::h3::Engine) whose tasks are the `h3`
+//! The client's HTTP/3 connections (`--alpn h3`): each an [`Engine`](neqo_h3::Engine) whose tasks are the `h3`
 //! crate's client connection and the requests, one after another or all at once
 //! (`--parallel`). A response must be 200; a `/N` body is verified against the pattern byte
 //! by byte and must be exactly N bytes; a saved body is written off the driver thread a
@@ -18,12 +18,8 @@ use bytes::Bytes;
 use quinn_proto::{Connection, ConnectionHandle, Event};
 
 use super::{Save, output::Sink};
-use crate::h3::{
-    connections::Connections,
-    handles::{H3Connection, Opener},
-    tasks::Spawner,
-};
 use neqo_driver::Driver;
+use neqo_h3::{Connections, H3Connection, Opener, Spawner};
 use neqo_protocols::hq;
 
 mod request;

@@ -6,10 +6,8 @@ use std::{cell::RefCell, fs::File};
 use bytes::{Buf as _, Bytes};
 
 use super::{ConnState, Context};
-use crate::{
-    client::output::{Output, Sink},
-    h3::handles::Opener,
-};
+use crate::client::output::{Output, Sink};
+use neqo_h3::Opener;
 use neqo_protocols::{
     hq::{self, Target},
     pattern,
@@ -99,7 +97,7 @@ pub(super) async fn request(
     while wanted && sent < upload {
         let chunk = pattern::chunk(sent, upload - sent);
         let n = chunk.len() as u64;
-        wanted = crate::h3::request_write(stream.send_data(chunk).await)?;
+        wanted = neqo_h3::request_write(stream.send_data(chunk).await)?;
         if wanted {
             sent += n;
             state.borrow_mut().bytes += n;
@@ -107,7 +105,7 @@ pub(super) async fn request(
         }
     }
     if wanted {
-        crate::h3::request_write(stream.finish().await)?;
+        neqo_h3::request_write(stream.finish().await)?;
     }
     let response = stream.recv_response().await?;
     if response.status() != http::StatusCode::OK {

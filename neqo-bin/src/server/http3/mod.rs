@@ -50,6 +50,11 @@ pub const MAX_FIELD_SECTION: u64 = hq::MAX_REQUEST as u64;
 /// `H3_NO_ERROR`, the code a connection is closed with at shutdown.
 pub const NO_ERROR: u64 = frames::code::NO_ERROR;
 
+/// The unidirectional streams the server lets an HTTP/3 peer open at once: the control
+/// stream and QPACK's two (RFC 9114 section 6.2, RFC 9204 section 4.2), and room for the
+/// reserved types peers send to exercise the rule that unknown ones are ignored.
+pub const UNI_STREAMS: u32 = 8;
+
 /// What the HTTP/3 requests did, for the server's report (which also counts them in its
 /// totals: `requests`, `refused_requests`, `bytes_sent`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -11,18 +11,13 @@ use std::{
 use quinn_proto::{ConnectionError, EndpointConfig, VarInt};
 
 use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
-use crate::{
-    ALPN_H3,
-    h3::{
-        test_client::{self, Cancel, Client, Got},
-        tests::pattern_body,
-    },
-    server::ServerReport,
-};
+use crate::server::ServerReport;
 use neqo_driver::{
     Driver,
     testing::{Behaviour, Network},
 };
+use neqo_h3::testing::{self, Cancel, Client, Got, pattern_body};
+use neqo_protocols::ALPN_H3;
 use neqo_protocols::ALPN_HQ;
 
 /// A root with a page, an image and a large file; removed when dropped.
@@ -147,7 +142,7 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
     };
     let c = Client::new(
         SERVER,
-        test_client::config(),
+        testing::config(),
         &[
             ("GET", "/index.html"),
             ("GET", "/img.png"),
@@ -245,7 +240,7 @@ fn cancelled_requests_free_their_streams(how: Cancel) {
     };
     let c = Client::new(
         SERVER,
-        test_client::config_with_stream_window(WINDOW),
+        testing::config_with_stream_window(WINDOW),
         &requests,
     )
     .cancelling(how, CANCELLED);
@@ -307,7 +302,7 @@ fn shut_down_mid_response(drain: Duration) -> (ServerReport, Client) {
         driver: neqo_driver::DriverConfig::default().with_drain(drain),
         ..ServerConfig::default()
     };
-    let c = Client::new(SERVER, test_client::config(), &[("GET", LEN)]).staying_open();
+    let c = Client::new(SERVER, testing::config(), &[("GET", LEN)]).staying_open();
     let mut shut = false;
     let (report, c) = exchange_with(config, c, |server, app, now| {
         if !shut && app.report.http3.body_bytes > 0 {

@@ -5,7 +5,7 @@
 //! 64 KiB floor window a connection stopped after 2184 requests: 32 KiB / 15 bytes of GREASE.
 
 use super::*;
-use crate::h3::UNI_STREAMS;
+use crate::server::http3::UNI_STREAMS;
 
 /// Several connections at once, each its own [`Client`].
 struct Many(Vec<Client>);
@@ -72,7 +72,7 @@ fn thousands_of_sequential_requests_on_the_smallest_windows_are_all_answered() {
     let requests: Vec<(&str, &str)> = vec![("GET", "/3"); REQUESTS];
     let mut many = Many(
         (0..CONNECTIONS)
-            .map(|_| Client::new(SERVER, test_client::config(), &requests).sequential())
+            .map(|_| Client::new(SERVER, neqo_h3::testing::config(), &requests).sequential())
             .collect(),
     );
     b.run(&mut many, Duration::from_secs(600), |_| false);
@@ -115,7 +115,7 @@ fn an_open_connection_keeps_nothing_of_its_answered_requests() {
     let mut b = Bench::new();
     let paths: Vec<String> = (0..REQUESTS).map(|i| format!("/{}", i % 50 + 1)).collect();
     let requests: Vec<(&str, &str)> = paths.iter().map(|p| ("GET", p.as_str())).collect();
-    let mut c = Client::new(SERVER, test_client::config(), &requests).holding_open();
+    let mut c = Client::new(SERVER, neqo_h3::testing::config(), &requests).holding_open();
     b.run(&mut c, Duration::from_secs(5), |_| false);
     let got = c.answers();
     assert_eq!(got.len(), REQUESTS);

@@ -50,16 +50,19 @@ fn a_control_frame_over_the_size_limit_closes_the_connection() {
 #[test]
 fn request_bodies_the_server_does_not_need_are_not_held() {
     let mut b = Bench::with(super::super::minimal_budget());
-    let raw = b.raw_with(test_client::config_with_stream_window(8 * 1024), |conn| {
-        write(conn, Dir::Uni, &control(), false);
-        (0..4)
-            .map(|i| {
-                let mut request = frame(HEADERS, &get(&format!("/{}", 200_000 + i), 0));
-                request.extend(frame(DATA, &[0x55; 12_000]));
-                write(conn, Dir::Bi, &request, true)
-            })
-            .collect()
-    });
+    let raw = b.raw_with(
+        neqo_h3::testing::config_with_stream_window(8 * 1024),
+        |conn| {
+            write(conn, Dir::Uni, &control(), false);
+            (0..4)
+                .map(|i| {
+                    let mut request = frame(HEADERS, &get(&format!("/{}", 200_000 + i), 0));
+                    request.extend(frame(DATA, &[0x55; 12_000]));
+                    write(conn, Dir::Bi, &request, true)
+                })
+                .collect()
+        },
+    );
     assert_eq!(raw.lost, None);
     for i in 0..4 {
         assert!(raw.answered(i, &pattern_body(200_000 + i as u64)), "{i}");

@@ -15,17 +15,12 @@ use quinn_proto::{
 };
 
 use super::{MIN_WINDOW, ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
-use crate::{
-    ALPN_H3,
-    h3::{
-        test_client::{self, Client, Got},
-        tests::pattern_body,
-    },
-};
 use neqo_driver::{
     Application, Driver,
     testing::{Behaviour, Network},
 };
+use neqo_h3::testing::{self, Client, Got, pattern_body};
+use neqo_protocols::ALPN_H3;
 
 fn varint(v: u64, out: &mut Vec<u8>) {
     match v {
@@ -285,7 +280,7 @@ impl Bench {
 
     /// What `script` gets within two seconds, or once its connection is lost.
     fn raw(&mut self, script: Script) -> Raw {
-        self.raw_with(test_client::config(), script)
+        self.raw_with(testing::config(), script)
     }
 
     /// The same with the client's `config`.
@@ -305,7 +300,7 @@ impl Bench {
 
     /// A fresh client gets `/100000` whole: the server still serves.
     fn still_serving(&mut self) {
-        let mut c = Client::new(SERVER, test_client::config(), &[("GET", "/100000")]);
+        let mut c = Client::new(SERVER, testing::config(), &[("GET", "/100000")]);
         self.run(&mut c, Duration::from_secs(30), |_| false);
         let got: Vec<_> = c.answers().into_iter().map(Result::unwrap).collect();
         assert_eq!(

@@ -19,7 +19,8 @@ use std::{
     task::Waker,
 };
 
-pub use super::reader::{PIECE_COST, RECV_HELD};
+#[cfg(doc)]
+use super::reader::RECV_HELD;
 use neqo_driver::{IdMap, IdSet};
 
 use super::{

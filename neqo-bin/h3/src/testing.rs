@@ -8,11 +8,11 @@ use bytes::{Buf as _, Bytes};
 use quinn_proto::{ConnectionHandle, Event};
 
 use super::{Engine, UNI_STREAMS};
-use crate::ALPN_H3;
 use neqo_driver::{
     Application, Driver, TransportOptions,
     tls::{self, Trust},
 };
+use neqo_protocols::{ALPN_H3, pattern};
 
 /// A client's QUIC configuration for HTTP/3: ALPN `h3`, any certificate, room for the
 /// server's control and QPACK streams.
@@ -157,6 +157,10 @@ async fn request(
 
 /// One connection to `server` making `requests` (method, path) at once (or one after
 /// another, [`Client::sequential`]); closes once every one has its answer (or error).
+#[expect(
+    missing_debug_implementations,
+    reason = "quinn-proto's ClientConfig is not Debug"
+)]
 pub struct Client {
     server: SocketAddr,
     config: Option<quinn_proto::ClientConfig>,
@@ -374,4 +378,10 @@ impl Application for Client {
     fn done(&self) -> bool {
         self.drained
     }
+}
+
+/// `n` pattern bytes, as `/n` is answered.
+#[must_use]
+pub fn pattern_body(n: u64) -> Vec<u8> {
+    (0..n).map(pattern::byte_at).collect()
 }

@@ -126,7 +126,7 @@ struct Task {
 pub struct Spawner(Rc<RefCell<Vec<LocalFuture>>>);
 
 impl Spawner {
-    /// Runs `f` from the connection's next [`Tasks::run`] on.
+    /// Runs `f` on the driver's thread from the connection's next [`Engine::drive`](crate::Engine::drive) on.
     pub fn spawn(&self, f: impl Future<Output = ()> + 'static) {
         self.0.borrow_mut().push(Box::pin(f));
     }
@@ -181,12 +181,6 @@ impl Tasks {
     #[must_use]
     pub fn len(&self) -> usize {
         self.slots.len() - self.free.len()
-    }
-
-    /// Whether every task has finished.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Whether a task is woken or new, so that [`Tasks::run`] has something to do.
@@ -360,6 +354,6 @@ mod tests {
         assert_eq!(notifier.take_ready(), vec![7]);
         assert!(tasks.ready());
         tasks.run();
-        assert!(done.get() && tasks.is_empty());
+        assert!(done.get() && tasks.len() == 0);
     }
 }

@@ -90,13 +90,14 @@ impl Engine {
         self.tasks.len()
     }
 
-    /// Caps what the mailbox and `h3` hold of the connection's received data
-    /// ([`Mailbox::limit_held`](super::mailbox::Mailbox::limit_held)).
+    /// Caps what is held for `h3` of the connection's received data: at `bytes`, no stream is
+    /// read until `h3` takes some. A peer that leaves more unfinished frames than this on its
+    /// streams stalls its own connection.
     pub fn limit_held(&self, bytes: usize) {
         self.mailbox.borrow_mut().limit_held(bytes);
     }
 
-    /// Bytes held for `h3` ([`Mailbox::held`](super::mailbox::Mailbox::held)).
+    /// Bytes read from quinn-proto and held for `h3`.
     #[must_use]
     pub fn held(&self) -> usize {
         self.mailbox.borrow().held()

@@ -16,7 +16,7 @@ use super::{
     Engine, UNI_STREAMS,
     handles::H3Connection,
     tasks::Spawner,
-    test_client::{Client, Got},
+    testing::{Client, Got, pattern_body},
 };
 use neqo_driver::{
     Application, Driver, TransportOptions,
@@ -29,11 +29,6 @@ const SERVER: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4433);
 const CLIENT: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5555);
-
-/// `n` pattern bytes, as `/n` is answered.
-pub(crate) fn pattern_body(n: u64) -> Vec<u8> {
-    (0..n).map(pattern::byte_at).collect()
-}
 
 /// `GET /N`: N pattern bytes; anything else 404.
 async fn respond(
