@@ -4,8 +4,7 @@
 //! - [`server`]: [`server::ServerHandle::start`] runs a server on its own thread.
 //! - `client` (feature `cli`): `client::run` runs a client to completion and reports.
 //! - `cli` (feature `cli`): the binaries' command lines, checks and logging.
-//! - [`body`]: bodies in and out of quinn-proto streams; [`disk`]: file work off the driver
-//!   thread.
+//! - [`disk`]: the server's files, read off the driver thread.
 //! - `testing` (feature `testing`): clients that tests of other crates share with ours.
 //!
 //! The feature `cli` (default) is the command-line stack: clap, the client's progress bar
@@ -15,7 +14,6 @@
 //! report is one thing with its percentiles, and a report whose fields depend on a feature
 //! would be two clients.
 
-pub mod body;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]

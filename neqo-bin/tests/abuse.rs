@@ -24,7 +24,6 @@ use std::{
 use bytes::Bytes;
 use common::url;
 use neqo_bin::{
-    body::{self, ReadEnd},
     client::{self, ClientConfig},
     server::{Limits, REFUSED, ServerConfig, ServerHandle},
 };
@@ -32,6 +31,7 @@ use neqo_driver::{
     Application, Driver, TransportOptions, run_client,
     tls::{self, Trust},
 };
+use neqo_protocols::body::{self, ReadEnd};
 use neqo_protocols::{ALPN_HQ, pattern};
 use quinn_proto::{
     Connection, ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId,

@@ -177,12 +177,10 @@ mod changing {
     use std::{ops::ControlFlow, sync::Arc, time::Instant};
 
     use bytes::Bytes;
-    use neqo_bin::{
-        body::{self, ReadEnd},
-        server::REFUSED,
-    };
+    use neqo_bin::server::REFUSED;
     use neqo_driver::{Application, Driver, run_client, tls};
     use neqo_protocols::ALPN_HQ;
+    use neqo_protocols::body::{self, ReadEnd};
     use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId, VarInt};
 
     use super::{Trust, hq, random_bytes, scratch, server, with_deadline};

@@ -6,9 +6,13 @@
 //!   the stream error codes.
 //! - [`perf`]: draft-banks-quic-performance as secnetperf speaks it.
 //! - [`pattern`]: the generated body of `/N` responses and `perf` transfers, and its check.
+//! - `body` (feature `quinn-proto`): bodies sent into and read out of quinn-proto streams,
+//!   chunk by chunk, generated or fed from elsewhere.
 //!
 //! Beside them, the ALPN of each protocol the peers here speak.
 
+#[cfg(feature = "quinn-proto")]
+pub mod body;
 pub mod hq;
 pub mod pattern;
 pub mod perf;

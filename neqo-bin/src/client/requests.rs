@@ -19,8 +19,8 @@ use super::{
     output::{Output, Sink, WriteDone},
     report,
 };
-use crate::body::{self, Pumped, ReadEnd, Source};
 use neqo_driver::{IdMap, Jobs};
+use neqo_protocols::body::{self, Pumped, ReadEnd, Source};
 use neqo_protocols::{
     hq::{self, Target},
     pattern, perf,

@@ -13,12 +13,10 @@ use bytes::BytesMut;
 use quinn_proto::{Connection, ConnectionHandle, Dir, StreamId, VarInt};
 
 use super::{BAD_REQUEST, REFUSED, ServerReport};
-use crate::{
-    body::{self, Pumped, ReadEnd, Source, StreamClosed},
-    disk::{self, FileChunk, Root},
-};
+use crate::disk::{self, FileChunk, Root};
 use neqo_driver::tls;
 use neqo_driver::{IdMap, Jobs};
+use neqo_protocols::body::{self, Pumped, ReadEnd, Source, StreamClosed};
 use neqo_protocols::{
     ALPN_PERF,
     hq::{self, Target},

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::body::{self, ReadEnd};
+use neqo_protocols::body::{self, ReadEnd};
 
 use neqo_protocols::{ALPN_HQ, pattern};
 

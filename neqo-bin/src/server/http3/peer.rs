@@ -8,7 +8,7 @@ use super::{
     control::{CONTROL, CRITICAL_CLOSED, Told, control_step},
     frames::{FrameReader, Violation, code, varint},
 };
-use crate::body::{self, ReadEnd};
+use neqo_protocols::body::{self, ReadEnd};
 
 const PUSH: u64 = 0x1;
 const ENCODER: u64 = 0x2;

@@ -11,7 +11,7 @@ use super::{
     head::{Head, Refused, valid_name, valid_value},
     qpack::Decoder,
 };
-use crate::body::{self, ReadEnd};
+use neqo_protocols::body::{self, ReadEnd};
 
 /// Where a request's frames have got to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,10 +14,8 @@ use super::{
     head::{Head, Method},
     qpack,
 };
-use crate::{
-    body::Source,
-    disk::{self, FileChunk, Root},
-};
+use crate::disk::{self, FileChunk, Root};
+use neqo_protocols::body::Source;
 use neqo_protocols::hq::{self, Target};
 
 /// The media type of a file, by its name's extension.

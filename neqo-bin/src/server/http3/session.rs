@@ -21,11 +21,9 @@ use super::{
     request::{Arrived, Incoming},
     respond::{self, Content, FileDone, GENERATED, Got, Plan, Response, sending},
 };
-use crate::{
-    body::{self, Pumped, StreamClosed},
-    disk::Root,
-};
+use crate::disk::Root;
 use neqo_driver::{IdMap, Jobs};
+use neqo_protocols::body::{self, Pumped, StreamClosed};
 
 /// What a worker's connections share.
 pub(super) struct Shared<'a> {

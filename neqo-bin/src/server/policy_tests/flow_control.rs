@@ -6,7 +6,7 @@ use super::*;
 /// client does), and reads the empty response to its FIN.
 struct Uploader {
     config: Option<quinn_proto::ClientConfig>,
-    source: crate::body::Source,
+    source: neqo_protocols::body::Source,
     stream: Option<quinn_proto::StreamId>,
     finished_writing: bool,
     response_fin: bool,
@@ -16,7 +16,8 @@ impl Uploader {
     fn pump(&mut self, conn: &mut quinn_proto::Connection) {
         if let Some(id) = self.stream
             && !self.finished_writing
-            && let Ok(crate::body::Pumped::Finished) = self.source.pump(&mut conn.send_stream(id))
+            && let Ok(neqo_protocols::body::Pumped::Finished) =
+                self.source.pump(&mut conn.send_stream(id))
         {
             self.finished_writing = true;
         }
@@ -38,8 +39,9 @@ impl Application for Uploader {
             }
             Event::Stream(StreamEvent::Writable { .. }) => self.pump(conn),
             Event::Stream(StreamEvent::Readable { id })
-                if crate::body::read_stream(conn, id, |_| std::ops::ControlFlow::Continue(()))
-                    == crate::body::ReadEnd::Fin =>
+                if neqo_protocols::body::read_stream(conn, id, |_| {
+                    std::ops::ControlFlow::Continue(())
+                }) == neqo_protocols::body::ReadEnd::Fin =>
             {
                 self.response_fin = true;
                 conn.close(now, 0u32.into(), Bytes::from_static(b"done"));
@@ -72,7 +74,7 @@ fn an_upload_many_times_its_connection_window_completes() {
     ));
     let mut up = Uploader {
         config: Some(client_config),
-        source: crate::body::Source::pattern(
+        source: neqo_protocols::body::Source::pattern(
             Some(Bytes::copy_from_slice(
                 &neqo_protocols::perf::request_header(0),
             )),

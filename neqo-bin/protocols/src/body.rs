@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use bytes::Bytes;
 use quinn_proto::{Chunk, Connection, ReadError, SendStream, StreamId, VarInt, WriteError};
 
-use neqo_protocols::pattern;
+use crate::pattern;
 
 /// What a stream still has to send: an optional prefix, then generated pattern bytes or chunks
 /// fed in from elsewhere (a file read off the driver thread), then FIN.
