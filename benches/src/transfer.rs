@@ -11,10 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_bin::{
-    client::{self, ClientConfig, ClientReport},
-    server::{ServerConfig, ServerHandle, ServerReport},
-};
+use neqo_bin::client::{self, ClientConfig, ClientReport};
+
+use neqo_server_core::{ServerConfig, ServerHandle, ServerReport};
 
 use neqo_protocols::ALPN_H3;
 

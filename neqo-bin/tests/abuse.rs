@@ -23,16 +23,14 @@ use std::{
 
 use bytes::Bytes;
 use common::url;
-use neqo_bin::{
-    client::{self, ClientConfig},
-    server::{Limits, REFUSED, ServerConfig, ServerHandle},
-};
+use neqo_bin::client::{self, ClientConfig};
 use neqo_driver::{
     Application, Driver, TransportOptions, run_client,
     tls::{self, Trust},
 };
 use neqo_protocols::body::{self, ReadEnd};
 use neqo_protocols::{ALPN_HQ, pattern};
+use neqo_server_core::{Limits, REFUSED, ServerConfig, ServerHandle};
 use quinn_proto::{
     Connection, ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId,
     TransportErrorCode,

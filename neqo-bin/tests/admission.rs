@@ -8,10 +8,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_bin::{
-    client::{self, ClientConfig},
-    server::{Limits, RetryPolicy, ServerConfig, ServerHandle, ServerKeys},
-};
+use neqo_bin::client::{self, ClientConfig};
+
+use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle, ServerKeys};
 
 use neqo_protocols::ALPN_HQ;
 

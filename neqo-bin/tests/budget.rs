@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_bin::server::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle};
+use neqo_server_core::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle};
 
 use neqo_protocols::ALPN_HQ;
 

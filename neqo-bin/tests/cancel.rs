@@ -5,10 +5,9 @@
 //! server allows 100 concurrent streams, so a server that left them open would wedge the
 //! connection at the 101st. After the 300, a request on the same connection is served whole.
 
-use neqo_bin::{
-    server::{ServerConfig, ServerHandle},
-    testing::canceller::{self, Cancel, Canceller},
-};
+use neqo_bin::testing::canceller::{self, Cancel, Canceller};
+
+use neqo_server_core::{ServerConfig, ServerHandle};
 
 use neqo_driver::tls::Trust;
 

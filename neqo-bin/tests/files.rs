@@ -11,12 +11,10 @@ use std::{
 };
 
 use common::url;
-use neqo_bin::{
-    client::{self, ClientConfig, Save},
-    server::{ServerConfig, ServerHandle},
-};
+use neqo_bin::client::{self, ClientConfig, Save};
 use neqo_driver::tls::Trust;
 use neqo_protocols::hq;
+use neqo_server_core::{ServerConfig, ServerHandle};
 use rand::{RngCore as _, SeedableRng as _, rngs::StdRng};
 
 /// A hang guard for a whole test step, not a performance bound.
@@ -177,10 +175,10 @@ mod changing {
     use std::{ops::ControlFlow, sync::Arc, time::Instant};
 
     use bytes::Bytes;
-    use neqo_bin::server::REFUSED;
     use neqo_driver::{Application, Driver, run_client, tls};
     use neqo_protocols::ALPN_HQ;
     use neqo_protocols::body::{self, ReadEnd};
+    use neqo_server_core::REFUSED;
     use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId, VarInt};
 
     use super::{Trust, hq, random_bytes, scratch, server, with_deadline};

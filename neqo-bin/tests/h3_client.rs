@@ -217,12 +217,10 @@ fn h3_responses(addr: std::net::SocketAddr) -> u64 {
 /// machine answers before it.
 #[test]
 fn a_drain_under_load_rejects_the_later_requests_and_fails_none() {
-    use neqo_bin::{
-        client::{self, ClientConfig},
-        server::{ServerConfig, ServerHandle},
-    };
+    use neqo_bin::client::{self, ClientConfig};
     use neqo_driver::{DriverConfig, tls::Trust};
     use neqo_protocols::ALPN_H3;
+    use neqo_server_core::{ServerConfig, ServerHandle};
     const CONNECTIONS: usize = 4;
     const REQUESTS: usize = 100_000;
     let server = ServerHandle::start(ServerConfig {

@@ -32,12 +32,10 @@ use std::{
 use bytes::Bytes;
 use common::{stop_and_report, url, with_deadline};
 use initials::{Replayed, retry_token};
-use neqo_bin::{
-    client::{self, ClientConfig},
-    server::{Limits, RetryPolicy, ServerConfig, ServerHandle},
-};
+use neqo_bin::client::{self, ClientConfig};
 use neqo_driver::tls::{self, CipherSuite, Trust};
 use neqo_protocols::ALPN_HQ;
+use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle};
 use quinn_proto::TransportErrorCode;
 use raw_client::RawClient;
 

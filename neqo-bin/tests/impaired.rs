@@ -24,12 +24,10 @@ use std::{
 };
 
 use common::url;
-use neqo_bin::{
-    client::{self, ClientConfig, ClientReport},
-    server::{ServerConfig, ServerHandle, ServerReport},
-};
+use neqo_bin::client::{self, ClientConfig, ClientReport};
 use neqo_driver::{PacingTimer, TransportOptions, tls::Trust};
 use neqo_relay::{Impairment, Relay, RelayConfig, RelayStats};
+use neqo_server_core::{ServerConfig, ServerHandle, ServerReport};
 
 const MIB: u64 = 1 << 20;
 

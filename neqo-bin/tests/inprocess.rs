@@ -10,10 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_bin::{
-    client::{self, ClientConfig, Save},
-    server::{ServerConfig, ServerHandle},
-};
+use neqo_bin::client::{self, ClientConfig, Save};
+
+use neqo_server_core::{ServerConfig, ServerHandle};
 
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 

@@ -3,10 +3,9 @@
 
 use std::net::SocketAddr;
 
-use neqo_bin::{
-    client::{self, ClientConfig},
-    server::{ServerConfig, ServerHandle},
-};
+use neqo_bin::client::{self, ClientConfig};
+
+use neqo_server_core::{ServerConfig, ServerHandle};
 
 use neqo_driver::tls::Trust;
 

@@ -10,11 +10,9 @@ use std::{
 };
 
 use common::{http, scrape, url};
-use neqo_bin::{
-    client::{self, ClientConfig},
-    server::{ServerConfig, ServerHandle},
-};
+use neqo_bin::client::{self, ClientConfig};
 use neqo_driver::tls::Trust;
+use neqo_server_core::{ServerConfig, ServerHandle};
 
 /// A hang guard, not a speed bound.
 const DEADLINE: Duration = Duration::from_secs(60);

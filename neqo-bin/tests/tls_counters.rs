@@ -2,10 +2,9 @@
 //! counters are process-wide (each binary runs one side), so this file holds one test, and
 //! each count is both sides' together.
 
-use neqo_bin::{
-    client::{self, ClientConfig},
-    server::{Limits, RetryPolicy, ServerConfig, ServerHandle},
-};
+use neqo_bin::client::{self, ClientConfig};
+
+use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle};
 
 use neqo_driver::tls::{CipherSuite, Trust, counters};
 

@@ -19,12 +19,12 @@ use std::{
 };
 
 use common::{url, with_deadline};
-use neqo_bin::{
-    client::{self, ClientConfig},
-    server::{ServerConfig, ServerHandle, ServerId, ServerReport, Steering, quic_lb_server_id},
-};
+use neqo_bin::client::{self, ClientConfig};
 use neqo_driver::tls::Trust;
 use neqo_relay::{Impairment, Rebind, RebindEvery, Relay, RelayConfig};
+use neqo_server_core::{
+    ServerConfig, ServerHandle, ServerId, ServerReport, Steering, quic_lb_server_id,
+};
 
 fn server_with(workers: usize, f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
     let mut cfg = ServerConfig {
@@ -95,7 +95,7 @@ fn connections_spread_over_both_workers_through_the_dispatcher() {
     let sr = connections_spread_over_both_workers(Steering::Channel);
     assert!(sr.steering.contains("dispatcher"), "{}", sr.steering);
     let d = sr.dispatch.as_ref().expect("the dispatcher's report");
-    assert_eq!(d.capacity, neqo_bin::server::CHANNEL_CAPACITY);
+    assert_eq!(d.capacity, neqo_server_core::CHANNEL_CAPACITY);
     assert_eq!((d.datagrams.len(), d.dropped.len()), (2, 2));
     for (i, w) in sr.workers.iter().enumerate() {
         // What a worker received came from its channel; a few may still have been in it at

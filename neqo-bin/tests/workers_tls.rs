@@ -2,10 +2,9 @@
 //! good whichever worker the client reaches. One test in this file: the TLS counters are
 //! process-wide, both sides' together.
 
-use neqo_bin::{
-    client::{self, ClientConfig},
-    server::{Limits, RetryPolicy, ServerConfig, ServerHandle},
-};
+use neqo_bin::client::{self, ClientConfig};
+
+use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle};
 
 use neqo_driver::tls::{Trust, counters};
 

@@ -3,6 +3,7 @@
 //! depends on clap.
 
 use neqo_driver::{CongestionControl, PacingTimer, tls::CipherSuite};
+use neqo_server_core::{RetryPolicy, Steering};
 
 /// `--pacing-timer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -64,6 +65,49 @@ impl From<CipherSuiteArg> for CipherSuite {
     }
 }
 
+/// `--retry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RetryPolicyArg {
+    /// Under load: past `--retry-half-open` handshakes in progress or `--retry-rate` new
+    /// connections a second.
+    Auto,
+    /// Every new connection (one more round trip each).
+    Always,
+    /// Never.
+    Never,
+}
+
+impl From<RetryPolicyArg> for RetryPolicy {
+    fn from(a: RetryPolicyArg) -> Self {
+        match a {
+            RetryPolicyArg::Auto => Self::Auto,
+            RetryPolicyArg::Always => Self::Always,
+            RetryPolicyArg::Never => Self::Never,
+        }
+    }
+}
+
+/// `--steering`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SteeringArg {
+    /// The steering program where it attaches (Linux), else the dispatcher and channels.
+    Auto,
+    /// The steering program only: refuse to start without it.
+    Bpf,
+    /// The dispatcher and channels, also where the program would attach.
+    Channel,
+}
+
+impl From<SteeringArg> for Steering {
+    fn from(a: SteeringArg) -> Self {
+        match a {
+            SteeringArg::Auto => Self::Auto,
+            SteeringArg::Bpf => Self::Bpf,
+            SteeringArg::Channel => Self::Channel,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::ValueEnum as _;
@@ -94,5 +138,21 @@ mod tests {
             .map(|&a| a.into())
             .collect();
         assert_eq!(suites, CipherSuite::ALL);
+        let retries: Vec<RetryPolicy> = RetryPolicyArg::value_variants()
+            .iter()
+            .map(|&a| a.into())
+            .collect();
+        assert_eq!(
+            retries,
+            [RetryPolicy::Auto, RetryPolicy::Always, RetryPolicy::Never]
+        );
+        let steerings: Vec<Steering> = SteeringArg::value_variants()
+            .iter()
+            .map(|&a| a.into())
+            .collect();
+        assert_eq!(
+            steerings,
+            [Steering::Auto, Steering::Bpf, Steering::Channel]
+        );
     }
 }

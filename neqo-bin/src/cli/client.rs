@@ -21,8 +21,8 @@ use neqo_protocols::{ALPN_HQ, ALPN_PERF, hq};
 #[command(
     name = "neqo-client",
     version,
-    about = "QUIC hq-interop and perf client on batched UDP I/O",
-    long_about = "QUIC hq-interop and perf client on batched UDP I/O.\n\nWith one request in all \
+    about = "QUIC client of hq-interop, HTTP/3 and perf on batched UDP I/O",
+    long_about = "QUIC client of hq-interop, HTTP/3 and perf on batched UDP I/O.\n\nWith one request in all \
 (one URL, one connection, -n 1) and no -o or --output-dir, the body goes to standard output, \
 as curl does; a generated /N body (the pattern, checked byte by byte either way) only with \
 -o - or -o FILE. A one-line summary goes to standard error after every run, unless --quiet."

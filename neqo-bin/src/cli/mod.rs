@@ -70,7 +70,7 @@ pub struct IoArgs {
 
 mod checks;
 mod choices;
-pub use choices::{CcArg, CipherSuiteArg, PacingTimerArg};
+pub use choices::{CcArg, CipherSuiteArg, PacingTimerArg, RetryPolicyArg, SteeringArg};
 mod client;
 mod server;
 

@@ -5,22 +5,23 @@ use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, tim
 use anyhow::bail;
 
 use super::{
-    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn,
-    check_count, check_positive, check_seconds, parse_size, shutdown_signal, write_json,
-};
-use crate::server::{
-    Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, RetryPolicy, Server,
-    ServerConfig, ServerId, ServerKeys, Steering,
+    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, RetryPolicyArg,
+    SUPPORTED_ALPNS, SteeringArg, check_alpn, check_count, check_positive, check_seconds,
+    parse_size, shutdown_signal, write_json,
 };
 use neqo_driver::tls::{self, Identity};
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
+use neqo_server_core::{
+    Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, Server, ServerConfig, ServerId,
+    ServerKeys, Steering,
+};
 
 /// `neqo-server` flags.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "neqo-server",
     version,
-    about = "QUIC hq-interop and perf server on batched UDP I/O"
+    about = "QUIC server of hq-interop, HTTP/3 and perf on batched UDP I/O"
 )]
 pub struct ServerArgs {
     /// Address to listen on (repeatable); `[::]` is dual-stack.
@@ -46,8 +47,8 @@ pub struct ServerArgs {
     /// Address validation: `auto` sends a Retry to new clients once --retry-half-open
     /// handshakes are in progress or more than --retry-rate new connections arrive a second;
     /// `always`; `never`.
-    #[arg(long, value_enum, default_value_t = RetryPolicy::Auto)]
-    pub retry: RetryPolicy,
+    #[arg(long, value_enum, default_value_t = RetryPolicyArg::Auto)]
+    pub retry: RetryPolicyArg,
     /// `--retry auto`: Retry from this many handshakes in progress on (at least 1).
     #[arg(long, default_value_t = Limits::default().retry_half_open)]
     pub retry_half_open: usize,
@@ -86,8 +87,8 @@ pub struct ServerArgs {
     /// program (Linux; refuse to start without it); `channel`, one socket read by a
     /// dispatcher thread that hands datagrams to the workers over bounded channels; `auto`,
     /// bpf where the program attaches, else channel.
-    #[arg(long, value_enum, default_value_t = Steering::Auto)]
-    pub steering: Steering,
+    #[arg(long, value_enum, default_value_t = SteeringArg::Auto)]
+    pub steering: SteeringArg,
     /// QUIC-LB server ID (1 to 11 bytes in hex, e.g. 0a1b): every connection ID carries it,
     /// in the clear, so that a QUIC-LB load balancer routes the connection to this server.
     #[arg(long)]
@@ -178,7 +179,7 @@ impl ServerArgs {
             MAX_WORKERS,
             "one connection-ID byte tells them apart",
         )?;
-        check_steering(self.steering, n, cfg!(target_os = "linux"))?;
+        check_steering(self.steering.into(), n, cfg!(target_os = "linux"))?;
         Ok(n)
     }
 
@@ -221,7 +222,7 @@ impl ServerArgs {
             None => Limits::default().handshake_timeout.min(idle),
         };
         Ok(Limits {
-            retry: self.retry,
+            retry: self.retry.into(),
             retry_half_open: self.retry_half_open,
             retry_rate: self.retry_rate,
             max_half_open: self.max_half_open,
@@ -301,7 +302,7 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         }),
         stats_interval: args.io.stats.then_some(interval),
         workers: args.workers()?,
-        steering: args.steering,
+        steering: args.steering.into(),
         server_id: args.server_id()?,
         cid_lifetime: args.cid_lifetime()?,
         metrics: args.metrics,
@@ -345,11 +346,15 @@ mod tests {
 
     #[test]
     fn steering_parses() {
-        assert_eq!(parse(&[]).unwrap().steering, Steering::Auto, "the default");
+        assert_eq!(
+            parse(&[]).unwrap().steering,
+            SteeringArg::Auto,
+            "the default"
+        );
         for (v, want) in [
-            ("auto", Steering::Auto),
-            ("bpf", Steering::Bpf),
-            ("channel", Steering::Channel),
+            ("auto", SteeringArg::Auto),
+            ("bpf", SteeringArg::Bpf),
+            ("channel", SteeringArg::Channel),
         ] {
             let a = parse(&["--workers", "2", "--steering", v]).unwrap();
             assert_eq!(a.steering, want);

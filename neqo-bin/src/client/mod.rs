@@ -6,7 +6,7 @@
 //! - `requests`: one connection's requests, made, read, verified and saved.
 //! - `http3`: the HTTP/3 connections (`h3`), their requests as tasks.
 //! - `keys`: the early key update (`--key-update`).
-//! - `output`: `--output-dir` bodies, written off the driver thread ([`crate::disk`]).
+//! - `output`: `--output-dir` bodies, written off the driver thread ([`neqo_driver::Jobs`]).
 //! - `load`: the load report's latency percentiles and throughput spread; `progress`: the
 //!   progress bar.
 //! - [`ClientReport`]: what it did.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use neqo_bin::server::{ServerConfig, ServerHandle};
+use neqo_server_core::{ServerConfig, ServerHandle};
 
 #[test]
 fn quiche_downloads_from_neqo_server_over_neqo_udp() {

@@ -1,11 +1,14 @@
-//! The `hq-interop` and `perf` server.
+//! neqo-server's machinery as a library: a QUIC server on neqo-driver's endpoint driver that
+//! serves `hq-interop`, HTTP/3 and `perf`, from files under a root or generated bodies.
 //!
 //! - [`Server`]: binds and starts its workers, each on a thread of its own; [`ServerHandle`]
 //!   runs one for tests and benches.
 //! - `app`: the [`Application`](neqo_driver::Application): admission, receive windows,
 //!   handshakes given up, stats.
 //! - `requests`: each connection's requests, read and answered, with files read off the
-//!   driver thread ([`crate::disk`]).
+//!   driver thread (`disk`).
+//! - `http3`: the server's own HTTP/3: frames, QPACK's static table, request heads, control
+//!   streams, and each connection's requests and responses.
 //! - `admission`: which new connections are taken, retried or refused; half-open ones.
 //! - `ledger`: what the workers count together (connections open and half-open, per client
 //!   source too, the arrival rate).
@@ -29,6 +32,7 @@ mod app;
 mod budget;
 mod cid;
 mod configs;
+mod disk;
 mod dispatch;
 mod handle;
 mod http3;

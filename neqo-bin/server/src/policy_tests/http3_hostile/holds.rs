@@ -5,7 +5,7 @@
 //! 64 KiB floor window a connection stopped after 2184 requests: 32 KiB / 15 bytes of GREASE.
 
 use super::*;
-use crate::server::http3::UNI_STREAMS;
+use crate::http3::UNI_STREAMS;
 
 /// Several connections at once, each its own [`Client`].
 struct Many(Vec<Client>);
@@ -102,7 +102,7 @@ fn thousands_of_sequential_requests_on_the_smallest_windows_are_all_answered() {
     b.idle(Duration::from_secs(5));
     assert_eq!(
         b.app.h3_kept(),
-        crate::server::http3::Kept::default(),
+        crate::http3::Kept::default(),
         "every connection closed and gone"
     );
 }
@@ -133,7 +133,7 @@ fn an_open_connection_keeps_nothing_of_its_answered_requests() {
     assert_eq!(kept.held, 0, "{kept:?}");
     // Once the connection is gone, so is everything it kept.
     b.idle(Duration::from_secs(60));
-    assert_eq!(b.app.h3_kept(), crate::server::http3::Kept::default());
+    assert_eq!(b.app.h3_kept(), crate::http3::Kept::default());
 }
 
 /// A peer writes 30 000 frames of a reserved type on its control stream: each is read past,

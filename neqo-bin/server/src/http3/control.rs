@@ -216,7 +216,7 @@ impl Outgoing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::http3::frames::FrameReader;
+    use crate::http3::frames::FrameReader;
 
     fn control(frames: &[(u64, Vec<u8>)]) -> Result<(), Violation> {
         let mut bytes = Vec::new();

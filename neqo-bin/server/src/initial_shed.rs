@@ -146,7 +146,7 @@ mod tests {
     use ring::hmac;
 
     use super::*;
-    use crate::server::cid::CidLayout;
+    use crate::cid::CidLayout;
 
     fn shed() -> (InitialShed, CidGenerator) {
         let layout = CidLayout::new(None, 2).unwrap();

@@ -15,7 +15,6 @@ use super::{cid::CidLayout, dispatch::CHANNEL_CAPACITY};
 
 /// How datagrams reach the workers when there are several.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Steering {
     /// The steering program where it attaches (Linux), else the dispatcher and channels.

@@ -38,7 +38,7 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 
 /// The endpoint: a thread answering scrapes until dropped.
 #[derive(Debug)]
-pub(in crate::server) struct MetricsServer {
+pub(crate) struct MetricsServer {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -49,7 +49,7 @@ impl MetricsServer {
     ///
     /// # Errors
     /// The bind error, naming the flag.
-    pub(in crate::server) fn start(addr: SocketAddr, board: Arc<Board>) -> anyhow::Result<Self> {
+    pub(crate) fn start(addr: SocketAddr, board: Arc<Board>) -> anyhow::Result<Self> {
         let listener =
             TcpListener::bind(addr).with_context(|| format!("--metrics {addr}: cannot listen"))?;
         listener.set_nonblocking(true)?;
@@ -73,7 +73,7 @@ impl MetricsServer {
     }
 
     /// Where it listens.
-    pub(in crate::server) const fn local_addr(&self) -> SocketAddr {
+    pub(crate) const fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 }

@@ -7,8 +7,7 @@
 //! what the application writes is an [`Application`] (events in, `poll` for its own timing,
 //! `done` to stop); the driver does the rest (batched receive and send, pacing, timers).
 //!
-//! Needs only the library: `cargo run --release -p neqo-bin --no-default-features
-//! --example stream_echo [STREAMS] [BYTES]`.
+//! `cargo run --release -p neqo-driver --example stream_echo [STREAMS] [BYTES]`.
 
 use std::{
     collections::{HashMap, VecDeque},

@@ -140,7 +140,7 @@ fn a_worker_behind_sheds_one_addresss_initials_past_its_share() {
         b.clients.outcomes[0] != Outcome::Pending
     });
     b.assert_outcomes(&[Outcome::Done]);
-    let kept = u64::from(crate::server::initial_shed::LEAF_LIMIT);
+    let kept = u64::from(crate::initial_shed::LEAF_LIMIT);
     assert_eq!(b.server.counters().initials_shed, 40 - kept);
     let a = b.app.report.admission;
     assert_eq!(a.peak_half_open as u64, kept + 1, "{a:?}");

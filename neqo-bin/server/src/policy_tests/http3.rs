@@ -11,7 +11,7 @@ use std::{
 use quinn_proto::{ConnectionError, EndpointConfig, VarInt};
 
 use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
-use crate::server::ServerReport;
+use crate::ServerReport;
 use neqo_driver::{
     Driver,
     testing::{Behaviour, Network},
@@ -206,7 +206,7 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
         )),
         "{summary}"
     );
-    let board = crate::server::metrics::Board::new(1, Arc::default());
+    let board = crate::metrics::Board::new(1, Arc::default());
     board.publish(0, report.clone());
     let text = board.render();
     for line in [

@@ -3,38 +3,38 @@
 
 /// Frame types (RFC 9114 section 7.2).
 pub(super) mod kind {
-    pub(in crate::server::http3) const DATA: u64 = 0x0;
-    pub(in crate::server::http3) const HEADERS: u64 = 0x1;
-    pub(in crate::server::http3) const CANCEL_PUSH: u64 = 0x3;
-    pub(in crate::server::http3) const SETTINGS: u64 = 0x4;
-    pub(in crate::server::http3) const PUSH_PROMISE: u64 = 0x5;
-    pub(in crate::server::http3) const GOAWAY: u64 = 0x7;
-    pub(in crate::server::http3) const MAX_PUSH_ID: u64 = 0xd;
+    pub(in crate::http3) const DATA: u64 = 0x0;
+    pub(in crate::http3) const HEADERS: u64 = 0x1;
+    pub(in crate::http3) const CANCEL_PUSH: u64 = 0x3;
+    pub(in crate::http3) const SETTINGS: u64 = 0x4;
+    pub(in crate::http3) const PUSH_PROMISE: u64 = 0x5;
+    pub(in crate::http3) const GOAWAY: u64 = 0x7;
+    pub(in crate::http3) const MAX_PUSH_ID: u64 = 0xd;
 
     /// HTTP/2's frame types that HTTP/3 reserves and forbids (section 7.2.8).
-    pub(in crate::server::http3) const fn is_http2(kind: u64) -> bool {
+    pub(in crate::http3) const fn is_http2(kind: u64) -> bool {
         matches!(kind, 0x2 | 0x6 | 0x8 | 0x9)
     }
 }
 
 /// Error codes (RFC 9114 section 8.1, RFC 9204 section 6).
 pub(super) mod code {
-    pub(in crate::server::http3) const NO_ERROR: u64 = 0x100;
-    pub(in crate::server::http3) const INTERNAL_ERROR: u64 = 0x102;
-    pub(in crate::server::http3) const STREAM_CREATION_ERROR: u64 = 0x103;
-    pub(in crate::server::http3) const CLOSED_CRITICAL_STREAM: u64 = 0x104;
-    pub(in crate::server::http3) const FRAME_UNEXPECTED: u64 = 0x105;
-    pub(in crate::server::http3) const FRAME_ERROR: u64 = 0x106;
-    pub(in crate::server::http3) const EXCESSIVE_LOAD: u64 = 0x107;
-    pub(in crate::server::http3) const ID_ERROR: u64 = 0x108;
-    pub(in crate::server::http3) const SETTINGS_ERROR: u64 = 0x109;
-    pub(in crate::server::http3) const MISSING_SETTINGS: u64 = 0x10a;
-    pub(in crate::server::http3) const REQUEST_REJECTED: u64 = 0x10b;
-    pub(in crate::server::http3) const REQUEST_INCOMPLETE: u64 = 0x10d;
-    pub(in crate::server::http3) const MESSAGE_ERROR: u64 = 0x10e;
-    pub(in crate::server::http3) const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
-    pub(in crate::server::http3) const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
-    pub(in crate::server::http3) const QPACK_DECODER_STREAM_ERROR: u64 = 0x202;
+    pub(in crate::http3) const NO_ERROR: u64 = 0x100;
+    pub(in crate::http3) const INTERNAL_ERROR: u64 = 0x102;
+    pub(in crate::http3) const STREAM_CREATION_ERROR: u64 = 0x103;
+    pub(in crate::http3) const CLOSED_CRITICAL_STREAM: u64 = 0x104;
+    pub(in crate::http3) const FRAME_UNEXPECTED: u64 = 0x105;
+    pub(in crate::http3) const FRAME_ERROR: u64 = 0x106;
+    pub(in crate::http3) const EXCESSIVE_LOAD: u64 = 0x107;
+    pub(in crate::http3) const ID_ERROR: u64 = 0x108;
+    pub(in crate::http3) const SETTINGS_ERROR: u64 = 0x109;
+    pub(in crate::http3) const MISSING_SETTINGS: u64 = 0x10a;
+    pub(in crate::http3) const REQUEST_REJECTED: u64 = 0x10b;
+    pub(in crate::http3) const REQUEST_INCOMPLETE: u64 = 0x10d;
+    pub(in crate::http3) const MESSAGE_ERROR: u64 = 0x10e;
+    pub(in crate::http3) const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
+    pub(in crate::http3) const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
+    pub(in crate::http3) const QPACK_DECODER_STREAM_ERROR: u64 = 0x202;
 }
 
 /// The largest frame the server buffers whole (any but DATA, which streams, and unknown

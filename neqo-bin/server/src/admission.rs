@@ -44,7 +44,6 @@ pub const SOURCE_RETRY_HALF_OPEN: usize = 8;
 
 /// When the server asks new clients to prove their address with a Retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum RetryPolicy {
     /// Under load: see [`Limits::retry_half_open`] and [`Limits::retry_rate`].
