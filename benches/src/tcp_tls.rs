@@ -32,12 +32,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
 use neqo_protocols::{
     hq::{self, Target},
     pattern,
 };
-
-use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
 use rustls::{
     ServerConnection,
     client::UnbufferedClientConnection,

@@ -12,14 +12,9 @@ use std::{
 };
 
 use neqo_bin::client::{self, ClientConfig, ClientReport};
-
-use neqo_server_core::{ServerConfig, ServerHandle, ServerReport};
-
-use neqo_protocols::ALPN_H3;
-
-use neqo_protocols::{ALPN_HQ, ALPN_PERF};
-
 use neqo_driver::tls::Trust;
+use neqo_protocols::{ALPN_H3, ALPN_HQ, ALPN_PERF};
+use neqo_server_core::{ServerConfig, ServerHandle, ServerReport};
 use neqo_udp::{IoMode, Stats};
 
 use crate::{cpu, tcp_tls};

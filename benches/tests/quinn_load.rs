@@ -4,9 +4,8 @@
 
 use std::{net::SocketAddr, process::Command, time::Duration};
 
-use neqo_protocols::{ALPN_HQ, hq, pattern};
-
 use neqo_driver::tls::{Identity, server_crypto};
+use neqo_protocols::{ALPN_HQ, hq, pattern};
 use test_fixtures::{Measured, run};
 
 /// What the test server does to each body.

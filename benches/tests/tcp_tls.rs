@@ -12,9 +12,8 @@ use std::{
     time::Duration,
 };
 
-use neqo_protocols::{hq, pattern};
-
 use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
+use neqo_protocols::{hq, pattern};
 use rustls::{ClientConnection, ServerConnection, StreamOwned, pki_types::ServerName};
 use test_fixtures::{Measured, Server, run};
 

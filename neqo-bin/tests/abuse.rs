@@ -28,8 +28,11 @@ use neqo_driver::{
     Application, Driver, TransportOptions, run_client,
     tls::{self, Trust},
 };
-use neqo_protocols::body::{self, ReadEnd};
-use neqo_protocols::{ALPN_HQ, pattern};
+use neqo_protocols::{
+    ALPN_HQ,
+    body::{self, ReadEnd},
+    pattern,
+};
 use neqo_server_core::{Limits, REFUSED, ServerConfig, ServerHandle};
 use quinn_proto::{
     Connection, ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId,

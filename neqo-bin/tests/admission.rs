@@ -9,12 +9,9 @@ use std::{
 };
 
 use neqo_bin::client::{self, ClientConfig};
-
-use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle, ServerKeys};
-
-use neqo_protocols::ALPN_HQ;
-
 use neqo_driver::tls::{self, Trust};
+use neqo_protocols::ALPN_HQ;
+use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle, ServerKeys};
 use quinn_proto::{ClientConfig as QuicClientConfig, EndpointConfig};
 
 /// A hang guard, never a speed check.

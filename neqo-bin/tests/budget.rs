@@ -18,14 +18,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_server_core::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle};
-
-use neqo_protocols::ALPN_HQ;
-
 use neqo_driver::{
     TransportOptions,
     tls::{self, Trust},
 };
+use neqo_protocols::ALPN_HQ;
+use neqo_server_core::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle};
 use quinn_proto::{ClientConfig, ConnectionError, Dir, congestion::CubicConfig};
 use raw_client::RawClient;
 

@@ -6,10 +6,8 @@
 //! connection at the 101st. After the 300, a request on the same connection is served whole.
 
 use neqo_bin::testing::canceller::{self, Cancel, Canceller};
-
-use neqo_server_core::{ServerConfig, ServerHandle};
-
 use neqo_driver::tls::Trust;
+use neqo_server_core::{ServerConfig, ServerHandle};
 
 fn cancels_free_their_streams(how: Cancel) {
     let server = ServerHandle::start(ServerConfig {

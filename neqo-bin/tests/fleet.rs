@@ -23,10 +23,8 @@ use std::{
 };
 
 use neqo_bin::client::{self, ClientConfig};
-
-use neqo_protocols::ALPN_HQ;
-
 use neqo_driver::tls::{self, Trust};
+use neqo_protocols::ALPN_HQ;
 use neqo_relay::{Impairment, Rebind, RebindEvery, Relay, RelayConfig};
 use quinn_proto::{ConnectionError, Event};
 use raw_client::RawClient;

@@ -11,12 +11,9 @@ use std::{
 };
 
 use neqo_bin::client::{self, ClientConfig, Save};
-
-use neqo_server_core::{ServerConfig, ServerHandle};
-
-use neqo_protocols::{ALPN_HQ, ALPN_PERF};
-
 use neqo_driver::{CongestionControl, TransportOptions, tls::Trust};
+use neqo_protocols::{ALPN_HQ, ALPN_PERF};
+use neqo_server_core::{ServerConfig, ServerHandle};
 use neqo_udp::IoMode;
 
 fn server_with(listen: &str, f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {

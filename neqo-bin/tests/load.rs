@@ -4,10 +4,8 @@
 use std::net::SocketAddr;
 
 use neqo_bin::client::{self, ClientConfig};
-
-use neqo_server_core::{ServerConfig, ServerHandle};
-
 use neqo_driver::tls::Trust;
+use neqo_server_core::{ServerConfig, ServerHandle};
 
 fn server_with(f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
     let mut cfg = ServerConfig {

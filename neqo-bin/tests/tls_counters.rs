@@ -3,10 +3,8 @@
 //! each count is both sides' together.
 
 use neqo_bin::client::{self, ClientConfig};
-
-use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle};
-
 use neqo_driver::tls::{CipherSuite, Trust, counters};
+use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle};
 
 #[test]
 fn retry_resumption_zero_rtt_and_key_updates_are_counted() {

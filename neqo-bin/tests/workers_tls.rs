@@ -3,10 +3,8 @@
 //! process-wide, both sides' together.
 
 use neqo_bin::client::{self, ClientConfig};
-
-use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle};
-
 use neqo_driver::tls::{Trust, counters};
+use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle};
 
 #[test]
 fn retry_tokens_and_session_tickets_are_good_on_every_worker() {

@@ -9,10 +9,10 @@ use std::{
     time::Instant,
 };
 
+use neqo_driver::Driver;
 use quinn_proto::{Connection, ConnectionHandle, Event};
 
 use super::{Engine, tasks::Notifier};
-use neqo_driver::Driver;
 
 /// The connections, each an [`Engine`] and the application's `T`.
 #[derive(Debug)]

@@ -19,10 +19,10 @@ use std::{
     task::Waker,
 };
 
-#[cfg(doc)]
-use super::reader::RECV_HELD;
 use neqo_driver::{IdMap, IdSet};
 
+#[cfg(doc)]
+use super::reader::RECV_HELD;
 use super::{
     reader::{Holding, Reader},
     stream::Stream,

@@ -19,9 +19,8 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 use h3::error::Code;
-use quinn_proto::{Connection, ReadError, StreamId};
-
 use neqo_driver::IdSet;
+use quinn_proto::{Connection, ReadError, StreamId};
 
 use super::{
     guard::{Cut, Guard, Take, Violation},

@@ -5,6 +5,7 @@ use std::task::Waker;
 
 use bytes::{Buf as _, Bytes};
 use h3::{error::Code, quic::WriteBuf};
+use neqo_driver::IdSet;
 use quinn_proto::{Connection, Dir, FinishError, StreamId, WriteError};
 
 use super::{
@@ -12,7 +13,6 @@ use super::{
     mailbox::code,
     reader::{Holding, Inbound},
 };
-use neqo_driver::IdSet;
 
 /// One stream's two directions, as far as the mailbox carries them.
 pub(super) struct Stream {

@@ -5,14 +5,14 @@
 use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::Arc, time::Instant};
 
 use bytes::{Buf as _, Bytes};
-use quinn_proto::{ConnectionHandle, Event};
-
-use super::{Engine, UNI_STREAMS};
 use neqo_driver::{
     Application, Driver, TransportOptions,
     tls::{self, Trust},
 };
 use neqo_protocols::{ALPN_H3, pattern};
+use quinn_proto::{ConnectionHandle, Event};
+
+use super::{Engine, UNI_STREAMS};
 
 /// A client's QUIC configuration for HTTP/3: ALPN `h3`, any certificate, room for the
 /// server's control and QPACK streams.

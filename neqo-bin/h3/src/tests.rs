@@ -10,6 +10,12 @@ use std::{
 };
 
 use bytes::Bytes;
+use neqo_driver::{
+    Application, Driver, TransportOptions,
+    testing::{Behaviour, Network},
+    tls::{self, Identity, Trust},
+};
+use neqo_protocols::pattern;
 use quinn_proto::{ConnectionHandle, EndpointConfig, Event};
 
 use super::{
@@ -18,12 +24,6 @@ use super::{
     tasks::Spawner,
     testing::{Client, Got, pattern_body},
 };
-use neqo_driver::{
-    Application, Driver, TransportOptions,
-    testing::{Behaviour, Network},
-    tls::{self, Identity, Trust},
-};
-use neqo_protocols::pattern;
 
 const SERVER: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4433);

@@ -34,8 +34,9 @@ use std::{sync::Arc, time::Instant};
 use quinn_proto::ConnectionHandle;
 
 pub use super::ledger::ClientSource;
-use super::ledger::Ledger;
 use neqo_driver::IdMap;
+
+use super::ledger::Ledger;
 
 /// `--retry auto` sends a Retry to a new connection whose source has this many handshakes in
 /// progress already: a client opening more at once than a browser does, or one flooding

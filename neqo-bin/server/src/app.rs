@@ -9,6 +9,7 @@ use std::{
     time::Instant,
 };
 
+use neqo_driver::{Admission, Application, Driver, tls};
 use quinn_proto::{Connection, ConnectionHandle, Event, Incoming, StreamEvent, VarInt};
 
 use super::{
@@ -22,7 +23,6 @@ use super::{
     requests::Requests,
     worker::Shared,
 };
-use neqo_driver::{Admission, Application, Driver, tls};
 
 /// One worker's application: its share of the limits, its connections' requests, its report.
 pub(super) struct ServerApp {

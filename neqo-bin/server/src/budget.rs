@@ -46,10 +46,10 @@
 //! quinn-proto would buffer outside any
 //! window, are refused: no protocol here uses them (`tls/transport.rs`).
 
+use neqo_driver::IdMap;
 use quinn_proto::ConnectionHandle;
 
 use super::{ledger::ClientSource, prefixes::Tally};
-use neqo_driver::IdMap;
 
 /// A source's share of the budget: a sixteenth.
 pub const SOURCE_SHARE: u64 = 16;

@@ -4,10 +4,10 @@
 
 use std::{collections::HashMap, net::SocketAddr, sync::Arc};
 
+use neqo_driver::TransportOptions;
 use quinn_proto::ServerConfig;
 
 use super::MIN_WINDOW;
-use neqo_driver::TransportOptions;
 
 /// Configs kept by MTU bound: routes have few distinct MTUs, but the kernel's path MTU cache
 /// takes values from ICMP messages anyone can send, so the cache is bounded; beyond it a

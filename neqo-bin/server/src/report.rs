@@ -1,7 +1,8 @@
 //! What a server did: [`ServerReport`].
 
-use super::{AdmissionCounters, DispatchReport, ledger::Ledger};
 use neqo_driver::{Driver, DriverCounters};
+
+use super::{AdmissionCounters, DispatchReport, ledger::Ledger};
 
 /// One worker's share of the work.
 #[derive(Debug, Clone, Default, serde::Serialize)]

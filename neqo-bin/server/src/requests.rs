@@ -10,18 +10,17 @@ use std::{
 };
 
 use bytes::BytesMut;
+use neqo_driver::{IdMap, Jobs, tls};
+use neqo_protocols::{
+    ALPN_PERF,
+    body::{self, Pumped, ReadEnd, Source, StreamClosed},
+    hq::{self, Target},
+    perf,
+};
 use quinn_proto::{Connection, ConnectionHandle, Dir, StreamId, VarInt};
 
 use super::{BAD_REQUEST, REFUSED, ServerReport};
 use crate::disk::{self, FileChunk, Root};
-use neqo_driver::tls;
-use neqo_driver::{IdMap, Jobs};
-use neqo_protocols::body::{self, Pumped, ReadEnd, Source, StreamClosed};
-use neqo_protocols::{
-    ALPN_PERF,
-    hq::{self, Target},
-    perf,
-};
 
 /// The request bytes of a stream, as its protocol reads them.
 #[derive(Debug)]

@@ -14,6 +14,7 @@
 use std::{future::Future, sync::Arc, thread::JoinHandle, time::Instant};
 
 use anyhow::{Context as _, bail};
+use neqo_driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
 use neqo_udp::Datagram;
 use tokio::sync::mpsc;
 
@@ -26,7 +27,6 @@ use super::{
     served_thread::{Ended, ServedThread, panic_message},
     steering::{Bound, BoundSockets},
 };
-use neqo_driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
 
 /// What every worker starts from.
 pub(super) struct Shared {

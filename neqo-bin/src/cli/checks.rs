@@ -4,11 +4,8 @@
 use std::{path::Path, time::Duration};
 
 use anyhow::{Context as _, bail};
+use neqo_protocols::{ALPN_H3, ALPN_HQ, ALPN_PERF};
 use neqo_udp::MAX_BATCH_SIZE;
-
-use neqo_protocols::ALPN_H3;
-
-use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 
 /// The ALPNs both binaries speak.
 pub const SUPPORTED_ALPNS: [&str; 3] = [ALPN_HQ, ALPN_PERF, ALPN_H3];

@@ -3,18 +3,17 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::bail;
+use neqo_driver::{
+    TransportOptions,
+    tls::{CipherSuite, Trust},
+};
+use neqo_protocols::{ALPN_H3, ALPN_HQ, ALPN_PERF, hq};
 
 use super::{
     IoArgs, MAX_REQUESTS, check_alpn, check_count, check_positive, check_seconds,
     check_stream_bytes, check_writable_dir, parse_size, shutdown_signal, write_json,
 };
 use crate::client::{self, ClientConfig, Save};
-use neqo_driver::{
-    TransportOptions,
-    tls::{CipherSuite, Trust},
-};
-use neqo_protocols::ALPN_H3;
-use neqo_protocols::{ALPN_HQ, ALPN_PERF, hq};
 
 /// `neqo-client` flags.
 #[derive(Debug, Clone, clap::Parser)]

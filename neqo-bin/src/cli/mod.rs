@@ -7,9 +7,8 @@ use std::{
 };
 
 use anyhow::Context as _;
-use neqo_udp::IoMode;
-
 use neqo_driver::{DriverConfig, TransportOptions};
+use neqo_udp::IoMode;
 
 /// I/O, pacing and transport flags both binaries take.
 #[derive(Debug, Clone, clap::Args)]

@@ -3,17 +3,17 @@
 use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::bail;
-
-use super::{
-    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, RetryPolicyArg,
-    SUPPORTED_ALPNS, SteeringArg, check_alpn, check_count, check_positive, check_seconds,
-    parse_size, shutdown_signal, write_json,
-};
 use neqo_driver::tls::{self, Identity};
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 use neqo_server_core::{
     Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, Server, ServerConfig, ServerId,
     ServerKeys, Steering,
+};
+
+use super::{
+    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, RetryPolicyArg,
+    SUPPORTED_ALPNS, SteeringArg, check_alpn, check_count, check_positive, check_seconds,
+    parse_size, shutdown_signal, write_json,
 };
 
 /// `neqo-server` flags.

@@ -10,6 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use neqo_driver::{Application, Driver, IdMap, tls::counters::CountingClient};
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent};
 
 use super::{
@@ -20,8 +21,6 @@ use super::{
     report,
     requests::{Open, Shared},
 };
-use neqo_driver::IdMap;
-use neqo_driver::{Application, Driver, tls::counters::CountingClient};
 
 pub(super) struct ClientApp {
     remote: SocketAddr,

@@ -34,9 +34,8 @@ use neqo_driver::{
     Driver, DriverConfig, TransportOptions,
     tls::{self, Trust},
 };
-use neqo_protocols::ALPN_H3;
 use neqo_protocols::{
-    ALPN_HQ, ALPN_PERF,
+    ALPN_H3, ALPN_HQ, ALPN_PERF,
     hq::{self, Target},
 };
 

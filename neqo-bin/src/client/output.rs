@@ -59,11 +59,9 @@ fn stdout() -> io::Result<File> {
 }
 
 use bytes::BytesMut;
-use quinn_proto::{ConnectionHandle, StreamId};
-
 use neqo_driver::Jobs;
-
 use neqo_protocols::pattern::CHUNK;
+use quinn_proto::{ConnectionHandle, StreamId};
 
 /// A write job's result for one request.
 #[derive(Debug)]

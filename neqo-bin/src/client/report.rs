@@ -5,10 +5,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use neqo_driver::Driver;
 use quinn_proto::{ConnectionError, TransportErrorCode};
 
 use super::{Percentiles, Spread};
-use neqo_driver::Driver;
 
 /// What a client did.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -10,6 +10,12 @@ use std::{
 };
 
 use bytes::Bytes;
+use neqo_driver::{IdMap, Jobs};
+use neqo_protocols::{
+    body::{self, Pumped, ReadEnd, Source},
+    hq::{self, Target},
+    pattern, perf,
+};
 use quinn_proto::{Connection, ConnectionHandle, Dir, StreamId};
 
 use super::{
@@ -18,12 +24,6 @@ use super::{
     load::Latencies,
     output::{Output, Sink, WriteDone},
     report,
-};
-use neqo_driver::{IdMap, Jobs};
-use neqo_protocols::body::{self, Pumped, ReadEnd, Source};
-use neqo_protocols::{
-    hq::{self, Target},
-    pattern, perf,
 };
 
 #[derive(Debug)]

@@ -14,14 +14,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_protocols::body::{self, ReadEnd};
-
-use neqo_protocols::{ALPN_HQ, pattern};
-
 use bytes::Bytes;
 use neqo_driver::{
     Application, Driver, TransportOptions, run_client,
     tls::{self, Trust},
+};
+use neqo_protocols::{
+    ALPN_HQ,
+    body::{self, ReadEnd},
+    pattern,
 };
 use quinn_proto::{
     Connection, ConnectionHandle, ConnectionStats, Dir, Event, StreamEvent, StreamId, VarInt,

@@ -13,8 +13,10 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use msquic::ffi::{self, HQUIC, QUIC_STATUS};
 use msquic::{BufferRef, Configuration, CredentialConfig, CredentialFlags, Registration};
-use neqo_protocols::hq::{self, Target};
-use neqo_protocols::{pattern, perf};
+use neqo_protocols::{
+    hq::{self, Target},
+    pattern, perf,
+};
 use url::{Host, Url};
 
 use super::Alpn;

@@ -12,8 +12,10 @@ use msquic::{
     BufferRef, Configuration, Credential, CredentialConfig, ListenerEvent, Registration,
     RegistrationConfig,
 };
-use neqo_protocols::hq::{self, Target};
-use neqo_protocols::perf;
+use neqo_protocols::{
+    hq::{self, Target},
+    perf,
+};
 
 use super::cert::CertFiles;
 use super::raw;

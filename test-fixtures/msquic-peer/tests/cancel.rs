@@ -11,7 +11,6 @@
 use std::process::Command;
 
 use neqo_bin::testing::canceller::{self, Cancel, Canceller, DEADLINE};
-
 use neqo_driver::tls::Trust;
 
 /// The server's stream limit.

@@ -4,7 +4,6 @@
 use std::{process::Command, time::Duration};
 
 use neqo_bin::client::{self, ClientConfig};
-
 use neqo_driver::tls::Trust;
 
 #[test]

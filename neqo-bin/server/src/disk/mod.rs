@@ -23,7 +23,6 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
-
 use neqo_protocols::pattern::CHUNK;
 
 /// A server's root directory: its canonical path, held open so that small cached files can be

@@ -35,13 +35,10 @@ use quinn_proto::{Connection, ConnectionHandle, Event, VarInt};
 use respond::FileDone;
 use session::{Session, Shared};
 
-use crate::disk::Root;
-
-use neqo_driver::{IdMap, Jobs};
-
+use neqo_driver::{Driver, IdMap, Jobs};
 use neqo_protocols::hq;
 
-use neqo_driver::Driver;
+use crate::disk::Root;
 
 /// The largest request header section taken (`SETTINGS_MAX_FIELD_SECTION_SIZE`, RFC 9114
 /// section 4.2.2): the same bound as an `hq-interop` request line.

@@ -2,13 +2,13 @@
 //! the connection's life ([`control`](super::control)), and its QPACK streams, which with no
 //! dynamic table carry almost nothing; a push stream is an error, unknown types are stopped.
 
+use neqo_protocols::body::{self, ReadEnd};
 use quinn_proto::{Connection, StreamId};
 
 use super::{
     control::{CONTROL, CRITICAL_CLOSED, Told, control_step},
     frames::{FrameReader, Violation, code, varint},
 };
-use neqo_protocols::body::{self, ReadEnd};
 
 const PUSH: u64 = 0x1;
 const ENCODER: u64 = 0x2;

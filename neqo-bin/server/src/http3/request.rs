@@ -3,6 +3,7 @@
 
 use std::ops::ControlFlow;
 
+use neqo_protocols::body::{self, ReadEnd};
 use quinn_proto::{Connection, StreamId, VarInt};
 
 use super::{
@@ -11,7 +12,6 @@ use super::{
     head::{Head, Refused, valid_name, valid_value},
     qpack::Decoder,
 };
-use neqo_protocols::body::{self, ReadEnd};
 
 /// Where a request's frames have got to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

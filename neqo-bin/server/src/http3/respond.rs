@@ -7,6 +7,10 @@
 use std::{fs::File, path::Path};
 
 use bytes::Bytes;
+use neqo_protocols::{
+    body::Source,
+    hq::{self, Target},
+};
 use quinn_proto::{ConnectionHandle, StreamId};
 
 use super::{
@@ -15,8 +19,6 @@ use super::{
     qpack,
 };
 use crate::disk::{self, FileChunk, Root};
-use neqo_protocols::body::Source;
-use neqo_protocols::hq::{self, Target};
 
 /// The media type of a file, by its name's extension.
 fn content_type(path: &str) -> &'static str {

@@ -10,6 +10,8 @@
 use std::{sync::Arc, time::Instant};
 
 use bytes::Bytes;
+use neqo_driver::{IdMap, Jobs};
+use neqo_protocols::body::{self, Pumped, StreamClosed};
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Side, StreamEvent, StreamId, VarInt};
 
 use super::{
@@ -22,8 +24,6 @@ use super::{
     respond::{self, Content, FileDone, GENERATED, Got, Plan, Response, sending},
 };
 use crate::disk::Root;
-use neqo_driver::{IdMap, Jobs};
-use neqo_protocols::body::{self, Pumped, StreamClosed};
 
 /// What a worker's connections share.
 pub(super) struct Shared<'a> {

@@ -8,17 +8,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use quinn_proto::{ConnectionError, EndpointConfig, VarInt};
-
-use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
-use crate::ServerReport;
 use neqo_driver::{
     Driver,
     testing::{Behaviour, Network},
 };
+use neqo_protocols::{ALPN_H3, ALPN_HQ};
+use quinn_proto::{ConnectionError, EndpointConfig, VarInt};
+
+use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
+use crate::ServerReport;
 use neqo_h3::testing::{self, Cancel, Client, Got, pattern_body};
-use neqo_protocols::ALPN_H3;
-use neqo_protocols::ALPN_HQ;
 
 /// A root with a page, an image and a large file; removed when dropped.
 struct Root(PathBuf);

@@ -13,6 +13,12 @@ use std::{
 };
 
 use bytes::Bytes;
+use neqo_driver::{
+    Application, Driver, TransportOptions,
+    testing::{Behaviour, Network},
+    tls::{self, Trust},
+};
+use neqo_protocols::{ALPN_HQ, hq, pattern};
 use quinn_proto::{
     ConnectionError, ConnectionHandle, Dir, EndpointConfig, Event, StreamEvent, TransportErrorCode,
     crypto::rustls::QuicClientConfig,
@@ -21,12 +27,6 @@ use quinn_proto::{
 use super::{
     Budget, Limits, MIN_WINDOW, RetryPolicy, ServerConfig, app::ServerApp, prepare, worker,
 };
-use neqo_driver::{
-    Application, Driver, TransportOptions,
-    testing::{Behaviour, Network},
-    tls::{self, Trust},
-};
-use neqo_protocols::{ALPN_HQ, hq, pattern};
 
 const SERVER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4433);
 const ONE_WAY: Duration = Duration::from_millis(10);

@@ -15,12 +15,12 @@ use std::{
 };
 
 use bytes::Bytes;
+use neqo_driver::Driver;
+use neqo_protocols::hq;
 use quinn_proto::{Connection, ConnectionHandle, Event};
 
 use super::{Save, output::Sink};
-use neqo_driver::Driver;
 use neqo_h3::{Connections, H3Connection, Opener, Spawner};
-use neqo_protocols::hq;
 
 mod request;
 

@@ -4,14 +4,14 @@
 use std::{cell::RefCell, fs::File};
 
 use bytes::{Buf as _, Bytes};
-
-use super::{ConnState, Context};
-use crate::client::output::{Output, Sink};
-use neqo_h3::Opener;
 use neqo_protocols::{
     hq::{self, Target},
     pattern,
 };
+
+use super::{ConnState, Context};
+use crate::client::output::{Output, Sink};
+use neqo_h3::Opener;
 
 /// Counts a request sent in its connection's [`ConnState::in_flight`] while it lives.
 struct InFlight<'a>(&'a RefCell<ConnState>);

@@ -9,18 +9,18 @@ use std::{
     time::{Duration, Instant},
 };
 
+use neqo_driver::{
+    Application, Driver,
+    testing::{Behaviour, Network},
+};
+use neqo_protocols::ALPN_H3;
 use quinn_proto::{
     Connection, ConnectionError, ConnectionHandle, Dir, EndpointConfig, Event, StreamEvent,
     StreamId,
 };
 
 use super::{MIN_WINDOW, ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
-use neqo_driver::{
-    Application, Driver,
-    testing::{Behaviour, Network},
-};
 use neqo_h3::testing::{self, Client, Got, pattern_body};
-use neqo_protocols::ALPN_H3;
 
 fn varint(v: u64, out: &mut Vec<u8>) {
     match v {
