@@ -8,3 +8,9 @@ pub mod procfs;
 pub mod tcp_tls;
 pub mod transfer;
 pub mod udp;
+
+/// The README's Rust code, compiled by `cargo test --doc -p benches` so that the snippet a
+/// reader copies first is the API as it is.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct Readme;
