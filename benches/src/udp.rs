@@ -350,7 +350,7 @@ impl SendFixture {
     /// Sends at least `datagrams` datagrams; returns how many went.
     pub async fn send(&self, datagrams: u64) -> u64 {
         let (transmits, segments) = self.variant.shape();
-        let t = Transmit::new(self.dest, &self.payload)
+        let t = Transmit::new(self.dest, &self.payload[..])
             .with_segment_size((segments > 1).then_some(SEND_DATAGRAM));
         let batch = vec![t; transmits];
         let mut sent = 0;

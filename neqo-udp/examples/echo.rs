@@ -12,7 +12,7 @@
 
 use std::{io, net::SocketAddr, time::Duration};
 
-use neqo_udp::{Config, MAX_UDP_PAYLOAD, Socket, Transmit, TransmitHeader, TxQueue};
+use neqo_udp::{Config, MAX_UDP_PAYLOAD, Socket, Transmit, TxQueue};
 
 /// Receives a batch, queues an echo of each datagram, and sends the queue; forever.
 async fn serve(socket: &Socket) -> io::Result<()> {
@@ -24,8 +24,7 @@ async fn serve(socket: &Socket) -> io::Result<()> {
             let mut buf = queue.take_buffer();
             buf.extend_from_slice(&d.data);
             queue.push(
-                buf,
-                TransmitHeader::new(d.source)
+                Transmit::new(d.source, buf)
                     .with_ecn(d.ecn)
                     .with_src_ip(d.destination),
             );
@@ -50,7 +49,7 @@ async fn demo(server: SocketAddr) -> io::Result<()> {
         // Ten segments of 100 to 1300 bytes, the run's number in every byte.
         let seg = 100 + run % 1201;
         let body = vec![run as u8; seg * 10];
-        let t = Transmit::new(server, &body).with_segment_size(Some(seg));
+        let t = Transmit::new(server, &body[..]).with_segment_size(Some(seg));
         client.send_all(&[t]).await?;
         let mut got = 0;
         while got < 10 {

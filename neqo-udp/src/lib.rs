@@ -88,7 +88,7 @@
 //! let peer = "127.0.0.1:4433".parse()?;
 //! let payload = [0u8; 3600];
 //! // One transmit, three 1200-byte datagrams on the wire (GSO).
-//! let run = Transmit::new(peer, &payload).with_segment_size(Some(1200));
+//! let run = Transmit::new(peer, &payload[..]).with_segment_size(Some(1200));
 //! socket.send_all(&[run]).await?;
 //! let mut batch = socket.recv_batch();
 //! let got = socket.recv_async(&mut batch).await?;
@@ -113,7 +113,7 @@
 //! let sender = UdpSocketState::new((&a).into(), Config::default())?;
 //! let receiver = UdpSocketState::new((&b).into(), Config::default())?;
 //! let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
-//! let run = Transmit::new(b.local_addr()?, &payload).with_segment_size(Some(1200));
+//! let run = Transmit::new(b.local_addr()?, &payload[..]).with_segment_size(Some(1200));
 //! sender.send((&a).into(), &[run])?;
 //! let mut batch = receiver.recv_batch();
 //! let mut got = Vec::new();
@@ -161,7 +161,7 @@ pub use config::{
 };
 pub use error::{Refused, SetupError};
 pub use path_mtu::max_udp_payload_to;
-pub use queue::{DEFAULT_POOL_LIMIT, TransmitHeader, TxQueue};
+pub use queue::{DEFAULT_POOL_LIMIT, TxQueue};
 pub use recv::{Datagram, Datagrams, RecvBatch, segment_lengths};
 pub use reuseport::{
     CidSteering, HashReason, MAX_GROUP_SOCKETS, ReuseportGroup, Steering, bind_reuseport_group,

@@ -1,85 +1,22 @@
 //! [`TxQueue`]: transmits waiting for the kernel, in owned buffers from a pool.
 
-use std::{
-    collections::VecDeque,
-    io,
-    net::{IpAddr, SocketAddr},
-};
+use std::{collections::VecDeque, io};
 
-use crate::{
-    send::Sent,
-    transmit::{EcnCodepoint, Transmit},
-};
+use crate::{send::Sent, transmit::Transmit};
 
 /// Idle buffers a [`TxQueue`] keeps by default.
 pub const DEFAULT_POOL_LIMIT: usize = 64;
 
-/// Where and how a queued buffer goes: a [`Transmit`] without its contents. Made with
-/// [`TransmitHeader::new`] and the `with_` setters (or by setting the fields).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TransmitHeader {
-    /// Where to send it.
-    pub destination: SocketAddr,
-    /// ECN codepoint to mark every datagram with.
-    pub ecn: Option<EcnCodepoint>,
-    /// Segment size of a run, as in [`Transmit::segment_size`].
-    pub segment_size: Option<usize>,
-    /// Source address to send from.
-    pub src_ip: Option<IpAddr>,
-}
-
-impl TransmitHeader {
-    /// One datagram to `destination`, no ECN, no source address.
-    #[must_use]
-    pub const fn new(destination: SocketAddr) -> Self {
-        Self {
-            destination,
-            ecn: None,
-            segment_size: None,
-            src_ip: None,
-        }
-    }
-
-    /// The same header with every datagram marked with `ecn`.
-    #[must_use]
-    pub const fn with_ecn(mut self, ecn: Option<EcnCodepoint>) -> Self {
-        self.ecn = ecn;
-        self
-    }
-
-    /// The same header with the buffer cut into segments of `segment_size` bytes.
-    #[must_use]
-    pub const fn with_segment_size(mut self, segment_size: Option<usize>) -> Self {
-        self.segment_size = segment_size;
-        self
-    }
-
-    /// The same header sent from `src_ip`.
-    #[must_use]
-    pub const fn with_src_ip(mut self, src_ip: Option<IpAddr>) -> Self {
-        self.src_ip = src_ip;
-        self
-    }
-}
-
 #[derive(Debug)]
 struct Queued {
-    buf: Vec<u8>,
+    tx: Transmit<Vec<u8>>,
     /// Bytes at the front already finished (a run the kernel took part of).
     start: usize,
-    header: TransmitHeader,
 }
 
 impl Queued {
-    fn transmit(&self) -> Transmit<'_> {
-        Transmit {
-            destination: self.header.destination,
-            ecn: self.header.ecn,
-            contents: &self.buf[self.start..],
-            segment_size: self.header.segment_size,
-            src_ip: self.header.src_ip,
-        }
+    fn transmit(&self) -> Transmit<&[u8]> {
+        self.tx.with_contents(&self.tx.contents[self.start..])
     }
 }
 
@@ -105,7 +42,7 @@ pub struct TxQueue {
     buffer_capacity: usize,
     pushed: u64,
     /// The slice handed to the socket, kept for its allocation.
-    scratch: Vec<Transmit<'static>>,
+    scratch: Vec<Transmit<&'static [u8]>>,
 }
 
 impl TxQueue {
@@ -165,12 +102,12 @@ impl TxQueue {
         }
     }
 
-    /// Queues `buf` to be sent as `header` says.
-    pub fn push(&mut self, buf: Vec<u8>, header: TransmitHeader) {
+    /// Queues `transmit`, its buffer taken from the pool ([`take_buffer`](Self::take_buffer))
+    /// or not; the buffer goes back to the pool once it is sent.
+    pub fn push(&mut self, transmit: Transmit<Vec<u8>>) {
         let queued = Queued {
-            buf,
+            tx: transmit,
             start: 0,
-            header,
         };
         self.pushed += queued.transmit().datagrams() as u64;
         self.queue.push_back(queued);
@@ -208,7 +145,7 @@ impl TxQueue {
     /// `send`'s: `WouldBlock` when it finished nothing, or a broken socket's error.
     pub fn flush(
         &mut self,
-        send: impl FnOnce(&[Transmit<'_>]) -> io::Result<Sent>,
+        send: impl FnOnce(&[Transmit<&[u8]>]) -> io::Result<Sent>,
     ) -> io::Result<usize> {
         if self.queue.is_empty() {
             return Ok(0);
@@ -221,19 +158,19 @@ impl TxQueue {
         let done = sent.transmits.min(self.queue.len());
         for _ in 0..done {
             if let Some(q) = self.queue.pop_front() {
-                self.recycle(q.buf);
+                self.recycle(q.tx.contents);
             }
         }
         if sent.partial > 0
             && let Some(head) = self.queue.front_mut()
         {
             debug_assert!(
-                head.header
+                head.tx
                     .segment_size
                     .is_some_and(|s| s > 0 && sent.partial % s == 0),
                 "partial progress is whole segments"
             );
-            head.start = (head.start + sent.partial).min(head.buf.len());
+            head.start = (head.start + sent.partial).min(head.tx.contents.len());
         }
         Ok(done)
     }
@@ -241,7 +178,7 @@ impl TxQueue {
 
 /// An empty vector of another lifetime on the same allocation (std collects in place when
 /// the element layouts match), so the per-flush `Transmit` slice is not reallocated.
-fn recycle<'b>(mut v: Vec<Transmit<'_>>) -> Vec<Transmit<'b>> {
+fn recycle<'b>(mut v: Vec<Transmit<&[u8]>>) -> Vec<Transmit<&'b [u8]>> {
     v.clear();
     v.into_iter()
         .map(|_| unreachable!("the vector is empty"))
@@ -251,14 +188,12 @@ fn recycle<'b>(mut v: Vec<Transmit<'_>>) -> Vec<Transmit<'b>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EcnCodepoint;
 
-    fn header(seg: Option<usize>) -> TransmitHeader {
-        TransmitHeader {
-            destination: "127.0.0.1:9".parse().unwrap(),
-            ecn: Some(EcnCodepoint::Ect0),
-            segment_size: seg,
-            src_ip: None,
-        }
+    fn tx(buf: Vec<u8>, seg: Option<usize>) -> Transmit<Vec<u8>> {
+        Transmit::new("127.0.0.1:9".parse().unwrap(), buf)
+            .with_ecn(Some(EcnCodepoint::Ect0))
+            .with_segment_size(seg)
     }
 
     fn filled(q: &mut TxQueue, bytes: &[u8]) -> Vec<u8> {
@@ -272,9 +207,9 @@ mod tests {
         let mut q = TxQueue::new(2048);
         let run: Vec<u8> = (0..30u8).collect();
         let b = filled(&mut q, &run);
-        q.push(b, header(Some(10)));
+        q.push(tx(b, Some(10)));
         let b = filled(&mut q, b"tail");
-        q.push(b, header(None));
+        q.push(tx(b, None));
         assert_eq!(q.pushed_datagrams(), 4);
         assert_eq!(q.queued_datagrams(), 4);
 
@@ -316,7 +251,7 @@ mod tests {
         let mut q = TxQueue::new(2048);
         let b = filled(&mut q, b"x");
         let ptr = b.as_ptr();
-        q.push(b, header(None));
+        q.push(tx(b, None));
         let e = q
             .flush(|_| Err(io::ErrorKind::WouldBlock.into()))
             .unwrap_err();
@@ -337,7 +272,7 @@ mod tests {
         assert_eq!(q.flush(|_| unreachable!()).unwrap(), 0);
     }
 
-    fn send_all(ts: &[Transmit<'_>]) -> io::Result<Sent> {
+    fn send_all(ts: &[Transmit<&[u8]>]) -> io::Result<Sent> {
         Ok(Sent {
             transmits: ts.len(),
             partial: 0,
@@ -351,13 +286,13 @@ mod tests {
         let mut q = TxQueue::new(2048).with_pool_limit(4);
         for _ in 0..100 {
             let b = filled(&mut q, b"burst");
-            q.push(b, header(None));
+            q.push(tx(b, None));
         }
         assert_eq!(q.flush(send_all).unwrap(), 100);
         assert_eq!(q.pooled(), 4);
-        q.push(b"a short reply".to_vec(), header(None));
+        q.push(tx(b"a short reply".to_vec(), None));
         let b = q.take_buffer();
-        q.push(b, header(None));
+        q.push(tx(b, None));
         assert_eq!(q.pooled(), 3);
         q.flush(send_all).unwrap();
         assert_eq!(

@@ -3,9 +3,9 @@
 //!
 //! - [`EcnCodepoint`] and `quinn_proto::EcnCodepoint`: `From` both ways (the same three
 //!   codepoints);
-//! - a `quinn_proto::Transmit` and the buffer quinn-proto wrote it into: a [`Transmit`] to
-//!   send at once ([`transmit`]), or a [`TransmitHeader`] to queue the buffer with
-//!   (`From<&quinn_proto::Transmit>`);
+//! - a `quinn_proto::Transmit` and the buffer quinn-proto wrote it into: a [`Transmit`] that
+//!   borrows the buffer, to send at once ([`transmit`]), or one that owns it, to queue
+//!   ([`queued`]);
 //! - a received [`Datagram`]: handed to `quinn_proto::Endpoint::handle` with its source,
 //!   local address and ECN codepoint ([`handle`]).
 //!
@@ -18,7 +18,7 @@
 //! ```
 //! use std::time::Instant;
 //!
-//! use neqo_udp::{RecvBatch, TransmitHeader, TxQueue, quinn};
+//! use neqo_udp::{RecvBatch, TxQueue, quinn};
 //! use quinn_proto::{Connection, DatagramEvent, Endpoint};
 //!
 //! fn turn(
@@ -31,10 +31,7 @@
 //!     for datagram in batch.datagrams() {
 //!         let mut buf = queue.take_buffer();
 //!         match quinn::handle(endpoint, now, datagram, &mut buf) {
-//!             Some(DatagramEvent::Response(t)) => {
-//!                 buf.truncate(t.size);
-//!                 queue.push(buf, TransmitHeader::from(&t));
-//!             }
+//!             Some(DatagramEvent::Response(t)) => queue.push(quinn::queued(&t, buf)),
 //!             Some(DatagramEvent::ConnectionEvent(_, event)) => {
 //!                 conn.handle_event(event);
 //!                 queue.recycle(buf);
@@ -44,8 +41,7 @@
 //!     }
 //!     let mut buf = queue.take_buffer();
 //!     while let Some(t) = conn.poll_transmit(now, 10, &mut buf) {
-//!         buf.truncate(t.size);
-//!         queue.push(buf, TransmitHeader::from(&t));
+//!         queue.push(quinn::queued(&t, buf));
 //!         buf = queue.take_buffer();
 //!     }
 //!     queue.recycle(buf);
@@ -54,7 +50,7 @@
 
 use std::time::Instant;
 
-use crate::{EcnCodepoint, queue::TransmitHeader, recv::Datagram, transmit::Transmit};
+use crate::{EcnCodepoint, recv::Datagram, transmit::Transmit};
 
 impl From<EcnCodepoint> for quinn_proto::EcnCodepoint {
     fn from(ecn: EcnCodepoint) -> Self {
@@ -76,15 +72,22 @@ impl From<quinn_proto::EcnCodepoint> for EcnCodepoint {
     }
 }
 
-impl From<&quinn_proto::Transmit> for TransmitHeader {
-    /// Where and how to send the first `t.size` bytes of the buffer quinn-proto wrote `t`
-    /// into: push that buffer, truncated to `t.size`, with this header.
-    fn from(t: &quinn_proto::Transmit) -> Self {
-        Self::new(t.destination)
-            .with_ecn(t.ecn.map(Into::into))
-            .with_segment_size(t.segment_size)
-            .with_src_ip(t.src_ip)
-    }
+/// quinn-proto's transmit `t` with the buffer it was written into, owned, to queue in a
+/// [`TxQueue`](crate::TxQueue): `buf` is cut to its first `t.size` bytes.
+///
+/// # Panics
+/// If `buf` holds fewer than `t.size` bytes: it is not the buffer `t` was written into.
+#[must_use]
+pub fn queued(t: &quinn_proto::Transmit, mut buf: Vec<u8>) -> Transmit<Vec<u8>> {
+    assert!(
+        buf.len() >= t.size,
+        "not the buffer the transmit was written into"
+    );
+    buf.truncate(t.size);
+    Transmit::new(t.destination, buf)
+        .with_ecn(t.ecn.map(Into::into))
+        .with_segment_size(t.segment_size)
+        .with_src_ip(t.src_ip)
 }
 
 /// quinn-proto's transmit `t` with its bytes, the first `t.size` of `buf` (the buffer
@@ -93,7 +96,7 @@ impl From<&quinn_proto::Transmit> for TransmitHeader {
 /// # Panics
 /// If `buf` holds fewer than `t.size` bytes: it is not the buffer `t` was written into.
 #[must_use]
-pub fn transmit<'a>(t: &quinn_proto::Transmit, buf: &'a [u8]) -> Transmit<'a> {
+pub fn transmit<'a>(t: &quinn_proto::Transmit, buf: &'a [u8]) -> Transmit<&'a [u8]> {
     Transmit::new(t.destination, &buf[..t.size])
         .with_ecn(t.ecn.map(Into::into))
         .with_segment_size(t.segment_size)
@@ -160,22 +163,20 @@ mod tests {
         assert_eq!(t.segment_size, Some(1200));
         assert_eq!(t.src_ip, q.src_ip);
         assert_eq!(t.datagrams(), 3);
-        let header = TransmitHeader::from(&q);
-        assert_eq!(
-            (
-                header.destination,
-                header.ecn,
-                header.segment_size,
-                header.src_ip
-            ),
-            (t.destination, t.ecn, t.segment_size, t.src_ip)
-        );
+        let owned = queued(&q, buf.clone());
+        assert_eq!(owned.borrowed(), t, "the same transmit, its buffer owned");
     }
 
     #[test]
     #[should_panic(expected = "range end index 2500 out of range")]
     fn a_buffer_shorter_than_the_transmit_is_refused() {
         let _ = transmit(&quinn_transmit(), &[0; 100]);
+    }
+
+    #[test]
+    #[should_panic(expected = "not the buffer the transmit was written into")]
+    fn an_owned_buffer_shorter_than_the_transmit_is_refused() {
+        let _ = queued(&quinn_transmit(), vec![0; 100]);
     }
 
     /// A reset key that needs no crypto provider: the test below looks at addresses only.

@@ -175,8 +175,8 @@ impl SendPolicy {
     pub(crate) fn send(
         &self,
         counters: &Counters,
-        transmits: &[Transmit<'_>],
-        mut sys: impl FnMut(&[Transmit<'_>]) -> io::Result<usize>,
+        transmits: &[Transmit<&[u8]>],
+        mut sys: impl FnMut(&[Transmit<&[u8]>]) -> io::Result<usize>,
     ) -> io::Result<Sent> {
         if transmits.is_empty() {
             return Ok(Sent::default());
@@ -278,10 +278,10 @@ impl SendPolicy {
     /// each one ends (both cleared first); returns how many.
     fn cut<'a>(
         &self,
-        transmits: &[Transmit<'a>],
+        transmits: &[Transmit<&'a [u8]>],
         mut at: Cursor,
         split: Option<(Cursor, usize)>,
-        pieces: &mut Vec<Transmit<'a>>,
+        pieces: &mut Vec<Transmit<&'a [u8]>>,
         ends: &mut Vec<Cursor>,
     ) -> usize {
         pieces.clear();
@@ -326,7 +326,7 @@ impl SendPolicy {
 }
 
 /// `WouldBlock` at `at`: the progress so far, or the error if there was none.
-fn would_block(transmits: &[Transmit<'_>], at: Cursor) -> io::Result<Sent> {
+fn would_block(transmits: &[Transmit<&[u8]>], at: Cursor) -> io::Result<Sent> {
     let sent = Sent {
         transmits: at.transmit,
         partial: if at.transmit < transmits.len() {
@@ -343,7 +343,7 @@ fn would_block(transmits: &[Transmit<'_>], at: Cursor) -> io::Result<Sent> {
 }
 
 /// Counts one syscall that sent `pieces`.
-fn record(counters: &Counters, pieces: &[Transmit<'_>]) {
+fn record(counters: &Counters, pieces: &[Transmit<&[u8]>]) {
     let (mut datagrams, mut bytes, mut offload) = (0, 0, 0);
     for p in pieces {
         let d = p.datagrams();

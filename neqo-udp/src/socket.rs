@@ -185,7 +185,7 @@ impl Socket {
     ///
     /// # Errors
     /// `WouldBlock` when nothing was finished; other errors only for a broken socket.
-    pub fn send(&self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+    pub fn send(&self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
         let mut sent = Sent::default();
         let result = self.io.try_io(Interest::WRITABLE, || {
             sent = self.state.send(self.sock(), transmits)?;
@@ -229,7 +229,7 @@ impl Socket {
     ///
     /// # Errors
     /// As [`send`](Self::send), but never `WouldBlock`.
-    pub async fn send_all(&self, transmits: &[Transmit<'_>]) -> io::Result<()> {
+    pub async fn send_all(&self, transmits: &[Transmit<&[u8]>]) -> io::Result<()> {
         let (mut done, mut partial) = (0, 0);
         while done < transmits.len() {
             let result = if partial > 0 {

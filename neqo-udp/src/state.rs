@@ -262,7 +262,7 @@ impl UdpSocketState {
     ///
     /// # Errors
     /// `WouldBlock` when nothing was finished; other errors only for a broken socket.
-    pub fn send(&self, sock: UdpSockRef<'_>, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+    pub fn send(&self, sock: UdpSockRef<'_>, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
         let batched = self.config.mode() == IoMode::Batched;
         self.policy.send(&self.counters, transmits, |messages| {
             sys::send(&self.platform, sock, messages, batched)

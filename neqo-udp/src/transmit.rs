@@ -43,36 +43,38 @@ impl EcnCodepoint {
 /// run of equal-size segments (the last may be shorter) that the kernel splits (GSO) or the
 /// socket sends one by one where GSO is off.
 ///
-/// Made with [`Transmit::new`] and the `with_` setters (or by setting the fields):
+/// The contents are borrowed (`Transmit<&[u8]>`) to send at once, or owned
+/// (`Transmit<Vec<u8>>`) to wait in a [`TxQueue`](crate::TxQueue). Made with
+/// [`Transmit::new`] and the `with_` setters (or by setting the fields):
 ///
 /// ```
 /// # use neqo_udp::{EcnCodepoint, Transmit};
 /// let peer = "192.0.2.1:4433".parse().unwrap();
 /// let payload = [0u8; 3000];
-/// let run = Transmit::new(peer, &payload)
+/// let run = Transmit::new(peer, &payload[..])
 ///     .with_segment_size(Some(1200))
 ///     .with_ecn(Some(EcnCodepoint::Ect0));
 /// assert_eq!(run.datagrams(), 3);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Transmit<'a> {
+pub struct Transmit<C> {
     /// Where to send it.
     pub destination: SocketAddr,
     /// ECN codepoint to mark every datagram with.
     pub ecn: Option<EcnCodepoint>,
     /// The payload: one datagram, or the segments back to back.
-    pub contents: &'a [u8],
+    pub contents: C,
     /// Segment size of a run; `None` (or a size not below the length) means one datagram.
     pub segment_size: Option<usize>,
     /// Source address to send from (`IP_PKTINFO`), for a socket bound to a wildcard address.
     pub src_ip: Option<IpAddr>,
 }
 
-impl<'a> Transmit<'a> {
+impl<C> Transmit<C> {
     /// One datagram of `contents` to `destination`, no ECN, no source address.
     #[must_use]
-    pub const fn new(destination: SocketAddr, contents: &'a [u8]) -> Self {
+    pub const fn new(destination: SocketAddr, contents: C) -> Self {
         Self {
             destination,
             ecn: None,
@@ -84,42 +86,28 @@ impl<'a> Transmit<'a> {
 
     /// The same transmit with every datagram marked with `ecn`.
     #[must_use]
-    pub const fn with_ecn(mut self, ecn: Option<EcnCodepoint>) -> Self {
+    pub fn with_ecn(mut self, ecn: Option<EcnCodepoint>) -> Self {
         self.ecn = ecn;
         self
     }
 
     /// The same transmit cut into segments of `segment_size` bytes (`None`: one datagram).
     #[must_use]
-    pub const fn with_segment_size(mut self, segment_size: Option<usize>) -> Self {
+    pub fn with_segment_size(mut self, segment_size: Option<usize>) -> Self {
         self.segment_size = segment_size;
         self
     }
 
     /// The same transmit sent from `src_ip`.
     #[must_use]
-    pub const fn with_src_ip(mut self, src_ip: Option<IpAddr>) -> Self {
+    pub fn with_src_ip(mut self, src_ip: Option<IpAddr>) -> Self {
         self.src_ip = src_ip;
         self
     }
 
-    /// The length of each datagram but the last: the segment size of a run, else the length.
+    /// The same destination, ECN, segment size and source with `contents` instead.
     #[must_use]
-    pub fn stride(&self) -> usize {
-        match self.segment_size {
-            Some(seg) if seg > 0 && seg < self.contents.len() => seg,
-            _ => self.contents.len(),
-        }
-    }
-
-    /// Datagrams this transmit carries (an empty one is one empty datagram).
-    #[must_use]
-    pub fn datagrams(&self) -> usize {
-        datagrams_in(self.contents.len(), self.stride())
-    }
-
-    /// The same transmit with `contents` replaced by a part of it.
-    pub(crate) const fn with_contents<'b>(&self, contents: &'b [u8]) -> Transmit<'b> {
+    pub fn with_contents<D>(&self, contents: D) -> Transmit<D> {
         Transmit {
             destination: self.destination,
             ecn: self.ecn,
@@ -127,6 +115,30 @@ impl<'a> Transmit<'a> {
             segment_size: self.segment_size,
             src_ip: self.src_ip,
         }
+    }
+}
+
+impl<C: AsRef<[u8]>> Transmit<C> {
+    /// The transmit with its contents borrowed, to send.
+    #[must_use]
+    pub fn borrowed(&self) -> Transmit<&[u8]> {
+        self.with_contents(self.contents.as_ref())
+    }
+
+    /// The length of each datagram but the last: the segment size of a run, else the length.
+    #[must_use]
+    pub fn stride(&self) -> usize {
+        let len = self.contents.as_ref().len();
+        match self.segment_size {
+            Some(seg) if seg > 0 && seg < len => seg,
+            _ => len,
+        }
+    }
+
+    /// Datagrams this transmit carries (an empty one is one empty datagram).
+    #[must_use]
+    pub fn datagrams(&self) -> usize {
+        datagrams_in(self.contents.as_ref().len(), self.stride())
     }
 }
 

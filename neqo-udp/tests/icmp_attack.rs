@@ -175,7 +175,7 @@ async fn forged_errors_cost_nothing(ip: IpAddr, mode: IoMode) {
         // Then datagrams to the live peer, a GSO run of segments above the forged MTU among them.
         let singles: Vec<Vec<u8>> = (1..6).map(|i| payload(1, i, 1400)).collect();
         let run: Vec<u8> = (0..14_000u32).map(|i| (i % 249) as u8).collect();
-        let mut ts: Vec<Transmit<'_>> = singles.iter().map(|p| transmit(dest, p)).collect();
+        let mut ts: Vec<Transmit<&[u8]>> = singles.iter().map(|p| transmit(dest, p)).collect();
         ts.insert(2, transmit(dest, &run).with_segment_size(Some(1400)));
         victim.send_all(&ts).await.unwrap();
         let mut expected: Vec<Vec<u8>> = singles[..2].to_vec();
@@ -256,7 +256,7 @@ fn a_full_send_buffer_under_icmp_errors_never_spins() {
             };
             const DATAGRAMS: u16 = 1500;
             let bodies: Vec<Vec<u8>> = (0..DATAGRAMS).map(|i| payload(2, i, 1200)).collect();
-            let ts: Vec<Transmit<'_>> = bodies.iter().map(|b| transmit(dest, b)).collect();
+            let ts: Vec<Transmit<&[u8]>> = bodies.iter().map(|b| transmit(dest, b)).collect();
             let (mut done, mut useful, mut fruitless) = (0, 0u64, 0u64);
             tokio::time::timeout(DEADLINE, async {
                 while done < ts.len() {

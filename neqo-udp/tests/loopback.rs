@@ -35,7 +35,7 @@ async fn burst_from_several_senders(ip: std::net::IpAddr, mode: IoMode) {
     for round in 0..4 {
         for (s, sock) in senders.iter().enumerate() {
             let chunk = &payloads[s][round * 15..(round + 1) * 15];
-            let ts: Vec<Transmit<'_>> = chunk.iter().map(|p| transmit(dest, p)).collect();
+            let ts: Vec<Transmit<&[u8]>> = chunk.iter().map(|p| transmit(dest, p)).collect();
             sock.send_all(&ts).await.unwrap();
         }
     }
@@ -144,7 +144,7 @@ async fn one_sendmmsg_of_32_mixed_transmits() {
                 (r, seg, payload(r as u8, i, len))
             })
             .collect();
-        let ts: Vec<Transmit<'_>> = bodies
+        let ts: Vec<Transmit<&[u8]>> = bodies
             .iter()
             .map(|(r, seg, body)| {
                 let seg_size = seg.unwrap_or(body.len());
@@ -182,7 +182,7 @@ async fn ecn_round_trips() {
             let sender = bind(ip, mode);
             let codepoints = [EcnCodepoint::Ect0, EcnCodepoint::Ect1, EcnCodepoint::Ce];
             let body = payload(1, 1, 100);
-            let ts: Vec<Transmit<'_>> = codepoints
+            let ts: Vec<Transmit<&[u8]>> = codepoints
                 .iter()
                 .map(|c| transmit(addr_of(&receiver), &body).with_ecn(Some(*c)))
                 .chain(std::iter::once(transmit(addr_of(&receiver), &body)))
@@ -414,7 +414,7 @@ async fn kernel_drops_are_reported() {
         .unwrap();
         let sender = bind(V4, IoMode::Batched);
         let body = payload(4, 4, 1200);
-        let ts: Vec<Transmit<'_>> = (0..500)
+        let ts: Vec<Transmit<&[u8]>> = (0..500)
             .map(|_| transmit(addr_of(&receiver), &body))
             .collect();
         sender.send_all(&ts).await.unwrap();

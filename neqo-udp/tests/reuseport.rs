@@ -422,7 +422,7 @@ mod steering {
             assert_eq!(got[0].source, addr_of(&client));
             let reply = [worker; 40];
             server
-                .send_all(&[Transmit::new(got[0].source, &reply)])
+                .send_all(&[Transmit::new(got[0].source, &reply[..])])
                 .await
                 .unwrap();
             let answer = recv_n(&client, 1).await;

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 
 use common::netns::{Netns, is_root};
 use common::*;
-use neqo_udp::{Config, IoMode, Socket, Transmit, TransmitHeader, TxQueue};
+use neqo_udp::{Config, IoMode, Socket, Transmit, TxQueue};
 
 async fn fill_and_resend(ip: std::net::IpAddr, mode: IoMode, segments: Option<usize>) {
     let receiver = Socket::bind(SocketAddr::new(ip, 0), Config::default().with_mode(mode)).unwrap();
@@ -30,7 +30,7 @@ async fn fill_and_resend(ip: std::net::IpAddr, mode: IoMode, segments: Option<us
     let bodies: Vec<Vec<u8>> = (0..TRANSMITS)
         .map(|i| payload(1, i, segments.map_or(seg, |n| n * seg)))
         .collect();
-    let ts: Vec<Transmit<'_>> = bodies
+    let ts: Vec<Transmit<&[u8]>> = bodies
         .iter()
         .map(|b| transmit(dest, b).with_segment_size(segments.map(|_| seg)))
         .collect();
@@ -93,7 +93,7 @@ async fn queue_accounts_for_every_datagram(ip: std::net::IpAddr) {
         // 1 to 100 segments: beyond 64 (and 65 507 bytes) a run takes two messages.
         let body = payload(3, i, seg * (1 + usize::from(i) * 5 % 100));
         expected.extend(body.chunks(seg).map(<[u8]>::to_vec));
-        queue.push(body, TransmitHeader::new(dest).with_segment_size(Some(seg)));
+        queue.push(Transmit::new(dest, body).with_segment_size(Some(seg)));
     }
     let account = |queue: &TxQueue| {
         let s = sender.stats();

@@ -98,7 +98,7 @@ impl Datapath for ChannelDatapath {
         Ok(())
     }
 
-    fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+    fn send(&mut self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
         self.socket.send(transmits)
     }
 

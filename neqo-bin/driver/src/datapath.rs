@@ -34,7 +34,7 @@ pub trait Datapath {
     ///
     /// # Errors
     /// `WouldBlock` when nothing was finished; other errors for a broken socket.
-    fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<Sent>;
+    fn send(&mut self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent>;
 
     /// Ready when a receive may find data.
     ///
@@ -96,7 +96,7 @@ impl Datapath for SocketDatapath {
         Ok(())
     }
 
-    fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+    fn send(&mut self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
         self.socket.send(transmits)
     }
 

@@ -5,7 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_udp::{Datagram, TransmitHeader};
+use neqo_udp::{Datagram, quinn};
 use quinn_proto::DatagramEvent;
 
 use super::{Admission, Application, Driver};
@@ -161,7 +161,7 @@ impl Driver {
                 self.counters.tx_ecn.add(t.ecn, 1);
                 let reply = buf[..t.size].to_vec();
                 p.queue.recycle(buf);
-                p.queue.push(reply, TransmitHeader::from(&t));
+                p.queue.push(quinn::queued(&t, reply));
             }
             None => p.queue.recycle(buf),
         }

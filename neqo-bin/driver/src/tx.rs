@@ -4,7 +4,7 @@
 
 use std::{io, time::Instant};
 
-use neqo_udp::TransmitHeader;
+use neqo_udp::quinn;
 
 use super::{
     Driver,
@@ -102,13 +102,12 @@ impl Driver {
                 if self.pacing {
                     c.pacer.consume(t.size);
                 }
-                buf.truncate(t.size);
                 let datagrams = t.segment_size.map_or(1, |s| t.size.div_ceil(s)) as u64;
                 self.counters.transmits += 1;
                 self.counters.tx_ecn.add(t.ecn, datagrams);
                 self.counters.max_transmit_datagrams =
                     self.counters.max_transmit_datagrams.max(datagrams);
-                path.queue.push(buf, TransmitHeader::from(&t));
+                path.queue.push(quinn::queued(&t, buf));
                 self.conns.make_ready(idx);
                 produced = true;
             } else {

@@ -8,7 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use neqo_udp::{Config, MAX_UDP_PAYLOAD, Socket, TransmitHeader, TxQueue, quinn};
+use neqo_udp::{Config, MAX_UDP_PAYLOAD, Socket, TxQueue, quinn};
 use quinn_proto::{
     ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
     Event, ServerConfig, StreamEvent,
@@ -107,9 +107,8 @@ impl Side {
 }
 
 /// Queues quinn-proto's transmit, whose bytes are in `buf`.
-fn push(queue: &mut TxQueue, mut buf: Vec<u8>, t: &quinn_proto::Transmit) {
-    buf.truncate(t.size);
-    queue.push(buf, TransmitHeader::from(t));
+fn push(queue: &mut TxQueue, buf: Vec<u8>, t: &quinn_proto::Transmit) {
+    queue.push(quinn::queued(t, buf));
 }
 
 fn crypto() -> (Arc<ServerConfig>, ClientConfig) {

@@ -9,7 +9,7 @@ use std::{
 };
 
 use crate::{
-    queue::{TransmitHeader, TxQueue},
+    queue::TxQueue,
     send::{MAX_FAILURES, SendPolicy},
     stats::Counters,
     transmit::Transmit,
@@ -74,15 +74,9 @@ pub fn send_policy(data: &[u8]) {
         let len = input.below(5000);
         let segment_size = (input.byte() % 3 != 0).then(|| 1 + input.below(2000));
         let src_ip = (input.byte() % 8 == 0).then_some(bad_src);
-        let header = TransmitHeader {
-            destination,
-            ecn: None,
-            segment_size,
-            src_ip,
-        };
         // Every datagram unique: its transmit and segment in its first bytes.
         let mut buf: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-        let stride = Transmit::new(destination, &buf).stride();
+        let stride = Transmit::new(destination, &buf[..]).stride();
         let stride = segment_size.filter(|&s| s < len).unwrap_or(stride);
         let mut at = 0;
         for seg in 0.. {
@@ -102,7 +96,11 @@ pub fn send_policy(data: &[u8]) {
                 break;
             }
         }
-        queue.push(buf, header);
+        queue.push(
+            Transmit::new(destination, buf)
+                .with_segment_size(segment_size)
+                .with_src_ip(src_ip),
+        );
     }
     let script: Vec<Step> = (0..input.below(64))
         .map(|_| match input.byte() % 6 {
@@ -127,7 +125,7 @@ pub fn send_policy(data: &[u8]) {
     let after_pending = Cell::new(false);
     let calls = Cell::new(0usize);
     let delivered: RefCell<Vec<(Vec<u8>, SocketAddr)>> = RefCell::default();
-    let kernel = |messages: &[Transmit<'_>]| -> io::Result<usize> {
+    let kernel = |messages: &[Transmit<&[u8]>]| -> io::Result<usize> {
         calls.set(calls.get() + 1);
         // A pending error is consumed by the call that meets it: never two calls in a row.
         let step = steps

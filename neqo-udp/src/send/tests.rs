@@ -12,7 +12,7 @@ fn err(code: i32) -> io::Error {
 /// script empty it takes every message, but stops before one that `own` fails (that
 /// message's own error, every time) and reports the error if it is the first.
 /// The error a message meets every time it is sent, if any.
-type OwnError = Box<dyn Fn(&Transmit<'_>) -> Option<i32>>;
+type OwnError = Box<dyn Fn(&Transmit<&[u8]>) -> Option<i32>>;
 
 struct FakeKernel {
     script: RefCell<VecDeque<Result<usize, i32>>>,
@@ -39,12 +39,12 @@ impl FakeKernel {
         }
     }
 
-    fn failing(mut self, own: impl Fn(&Transmit<'_>) -> Option<i32> + 'static) -> Self {
+    fn failing(mut self, own: impl Fn(&Transmit<&[u8]>) -> Option<i32> + 'static) -> Self {
         self.own = Box::new(own);
         self
     }
 
-    fn call(&self, messages: &[Transmit<'_>]) -> io::Result<usize> {
+    fn call(&self, messages: &[Transmit<&[u8]>]) -> io::Result<usize> {
         *self.calls.borrow_mut() += 1;
         self.offered
             .borrow_mut()
@@ -104,7 +104,7 @@ impl Harness {
         }
     }
 
-    fn send(&self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+    fn send(&self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
         self.policy
             .send(&self.counters, transmits, |m| self.kernel.call(m))
     }
@@ -122,7 +122,7 @@ fn datagram(tag: u8, len: usize) -> Vec<u8> {
     vec![tag; len]
 }
 
-fn transmit(contents: &[u8], seg: Option<usize>) -> Transmit<'_> {
+fn transmit(contents: &[u8], seg: Option<usize>) -> Transmit<&[u8]> {
     Transmit {
         segment_size: seg,
         ..Transmit::new("127.0.0.1:9".parse().unwrap(), contents)

@@ -185,7 +185,7 @@ pub(crate) fn recv(
 pub(crate) fn send(
     p: &Platform,
     sock: UdpSockRef<'_>,
-    messages: &[Transmit<'_>],
+    messages: &[Transmit<&[u8]>],
     _batched: bool,
 ) -> io::Result<usize> {
     let Some(t) = messages.first() else {

@@ -40,7 +40,7 @@ pub fn payload(sender: u8, seq: u16, len: usize) -> Vec<u8> {
     v
 }
 
-pub fn transmit(destination: SocketAddr, contents: &[u8]) -> Transmit<'_> {
+pub fn transmit(destination: SocketAddr, contents: &[u8]) -> Transmit<&[u8]> {
     Transmit::new(destination, contents)
 }
 

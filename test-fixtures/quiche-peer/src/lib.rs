@@ -190,7 +190,7 @@ async fn send_all(
         let Some(to) = to else {
             return Ok(());
         };
-        let transmits: Vec<Transmit<'_>> = runs
+        let transmits: Vec<Transmit<&[u8]>> = runs
             .iter()
             .map(|&(start, len, seg)| {
                 Transmit::new(to, &area[start..start + len])

@@ -361,9 +361,9 @@ const MAX_BATCHES_PER_WAKE: usize = 64;
 
 /// Sends `items` (all to the same socket) as batches.
 async fn send_items(socket: &Socket, items: &[(SocketAddr, BytesMut)]) -> io::Result<()> {
-    let transmits: Vec<Transmit<'_>> = items
+    let transmits: Vec<Transmit<&[u8]>> = items
         .iter()
-        .map(|(to, data)| Transmit::new(*to, data))
+        .map(|(to, data)| Transmit::new(*to, &data[..]))
         .collect();
     socket.send_all(&transmits).await
 }

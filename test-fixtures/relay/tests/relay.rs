@@ -51,9 +51,9 @@ impl Echo {
                         continue;
                     };
                     let got: Vec<_> = batch.datagrams().collect();
-                    let ts: Vec<Transmit<'_>> = got
+                    let ts: Vec<Transmit<&[u8]>> = got
                         .iter()
-                        .map(|d| Transmit::new(d.source, &d.data))
+                        .map(|d| Transmit::new(d.source, &d.data[..]))
                         .collect();
                     sock.send_all(&ts).await.unwrap();
                 }
@@ -103,9 +103,9 @@ fn exchange(relay: &Relay, ip: &str, n: u16, len: usize) -> Vec<Vec<u8>> {
         .unwrap();
         let bodies: Vec<Vec<u8>> = (0..n).map(|i| payload(i, len)).collect();
         for chunk in bodies.chunks(16) {
-            let ts: Vec<Transmit<'_>> = chunk
+            let ts: Vec<Transmit<&[u8]>> = chunk
                 .iter()
-                .map(|b| Transmit::new(relay.local_addr(), b))
+                .map(|b| Transmit::new(relay.local_addr(), &b[..]))
                 .collect();
             client.send_all(&ts).await.unwrap();
         }
@@ -178,8 +178,8 @@ fn each_client_gets_its_own_upstream_socket() {
             .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap())
             .collect();
         for (i, c) in clients.iter().enumerate() {
-            let body = vec![i as u8; 100];
-            c.send_all(&[Transmit::new(relay.local_addr(), &body)])
+            let body = [i as u8; 100];
+            c.send_all(&[Transmit::new(relay.local_addr(), &body[..])])
                 .await
                 .unwrap();
         }

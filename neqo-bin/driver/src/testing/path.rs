@@ -67,7 +67,7 @@ impl Datapath for Path {
         Ok(())
     }
 
-    fn send(&mut self, transmits: &[Transmit<'_>]) -> io::Result<Sent> {
+    fn send(&mut self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
         self.calls += 1;
         if let Some(n) = self.net.0.borrow_mut().full_for.get_mut(&self.addr)
             && *n > 0

@@ -94,7 +94,7 @@ pub(super) fn is_v4_path(dest: &SocketAddr) -> bool {
 /// Writes the control messages of message `t` (ECN, GSO segment size, source address) into
 /// `ctrl` and points `hdr` at them (or at nothing when there are none).
 pub(super) fn encode_send(
-    t: &Transmit<'_>,
+    t: &Transmit<&[u8]>,
     hdr: &mut libc::msghdr,
     ctrl: &mut CmsgBuf<SEND_CMSG_LEN>,
 ) {

@@ -229,7 +229,7 @@ pub(crate) fn recv(
 pub(crate) fn send(
     _p: &Platform,
     sock: UdpSockRef<'_>,
-    messages: &[Transmit<'_>],
+    messages: &[Transmit<&[u8]>],
     batched: bool,
 ) -> io::Result<usize> {
     match messages {

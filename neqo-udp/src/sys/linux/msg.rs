@@ -20,7 +20,7 @@ use crate::{config::MAX_BATCH_SIZE, recv::SlotMeta, sys::Received, transmit::Tra
 
 /// Fills `hdr` for sending `t`, pointing at `name`, `iov` and `ctrl`.
 fn prepare_send(
-    t: &Transmit<'_>,
+    t: &Transmit<&[u8]>,
     hdr: &mut libc::msghdr,
     iov: &mut libc::iovec,
     name: &SockAddr,
@@ -38,7 +38,7 @@ fn prepare_send(
 }
 
 /// Sends one message with `sendmsg`. Returns 1 or the error.
-pub(super) fn send_single(fd: BorrowedFd<'_>, t: &Transmit<'_>) -> io::Result<usize> {
+pub(super) fn send_single(fd: BorrowedFd<'_>, t: &Transmit<&[u8]>) -> io::Result<usize> {
     // SAFETY: all-zero is a valid msghdr/iovec.
     let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
     // SAFETY: as above.
@@ -58,7 +58,7 @@ pub(super) fn send_single(fd: BorrowedFd<'_>, t: &Transmit<'_>) -> io::Result<us
 
 /// Sends up to `MAX_BATCH_SIZE` messages with one `sendmmsg`. Returns how many the kernel
 /// took (at least 1) or the error of the first.
-pub(super) fn send_batch(fd: BorrowedFd<'_>, messages: &[Transmit<'_>]) -> io::Result<usize> {
+pub(super) fn send_batch(fd: BorrowedFd<'_>, messages: &[Transmit<&[u8]>]) -> io::Result<usize> {
     let n = messages.len().min(MAX_BATCH_SIZE);
     if n == 0 {
         return Ok(0);

@@ -213,7 +213,7 @@ fn send_cmsgs_round_trip() {
     let t = Transmit {
         destination: "[::1]:9".parse().unwrap(),
         ecn: Some(EcnCodepoint::Ect1),
-        contents: &[0u8; 3000],
+        contents: &[0u8; 3000][..],
         segment_size: Some(1200),
         src_ip: Some("::2".parse().unwrap()),
     };
