@@ -24,6 +24,10 @@ pub const RECV_SLOT_SIZE: usize = 1 << 16;
 /// reports.
 pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 
+/// Most sockets one `SO_REUSEPORT` group may have: the worker byte has 256 values, so a
+/// larger group would have sockets that steering never picks.
+pub const MAX_GROUP_SOCKETS: usize = 256;
+
 /// Whether a socket batches datagrams or moves one per syscall.
 ///
 /// There is no io_uring mode: one was built, measured slower than `Batched` and removed

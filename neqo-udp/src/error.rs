@@ -2,7 +2,7 @@
 
 use std::{fmt, io, net::SocketAddr};
 
-use crate::reuseport::MAX_GROUP_SOCKETS;
+use crate::config::MAX_GROUP_SOCKETS;
 
 /// What the system (or the crate, for a request that cannot work) refused while a socket
 /// was bound or configured.

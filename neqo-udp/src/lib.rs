@@ -156,16 +156,14 @@ mod sys;
 mod transmit;
 
 pub use config::{
-    Config, DEFAULT_BATCH_SIZE, DEFAULT_SOCKET_BUFFER, IoMode, MAX_BATCH_SIZE, ParseIoModeError,
-    RECV_SLOT_SIZE, RecvBuffers,
+    Config, DEFAULT_BATCH_SIZE, DEFAULT_SOCKET_BUFFER, IoMode, MAX_BATCH_SIZE, MAX_GROUP_SOCKETS,
+    ParseIoModeError, RECV_SLOT_SIZE, RecvBuffers,
 };
 pub use error::{Refused, SetupError};
 pub use path_mtu::max_udp_payload_to;
 pub use queue::{DEFAULT_POOL_LIMIT, TxQueue};
-pub use recv::{Datagram, Datagrams, RecvBatch, segment_lengths};
-pub use reuseport::{
-    CidSteering, HashReason, MAX_GROUP_SOCKETS, ReuseportGroup, Steering, bind_reuseport_group,
-};
+pub use recv::{Datagram, Datagrams, RecvBatch};
+pub use reuseport::{CidSteering, HashReason, ReuseportGroup, Steering, bind_reuseport_group};
 pub use send::Sent;
 #[cfg(feature = "tokio")]
 pub use socket::Socket;

@@ -92,7 +92,8 @@ impl Default for SlotMeta {
 /// The lengths of the segments in a GRO run of `len` bytes cut at `stride`: all `stride` long
 /// but the last, which may be shorter. A `stride` of 0 or at least `len` means one datagram.
 /// A `len` of 0 yields nothing.
-pub fn segment_lengths(len: usize, stride: usize) -> impl Iterator<Item = usize> {
+#[cfg(any(fuzzing, test))]
+pub(crate) fn segment_lengths(len: usize, stride: usize) -> impl Iterator<Item = usize> {
     let stride = if stride == 0 || stride > len {
         len
     } else {

@@ -9,13 +9,10 @@ use std::{
 
 use crate::{
     bind::new_udp_socket,
+    config::MAX_GROUP_SOCKETS,
     error::{Refused, SetupError},
     sys::{self, UdpSockRef},
 };
-
-/// Most sockets one group may have: the worker byte has 256 values, so a larger group would
-/// have sockets that steering never picks.
-pub const MAX_GROUP_SOCKETS: usize = 256;
 
 /// The first byte's type bits of a QUIC version 1 long header...
 pub(crate) const LONG_TYPE_MASK: u8 = 0x30;
