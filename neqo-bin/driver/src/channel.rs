@@ -9,7 +9,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use neqo_udp::{Datagram, Sent, Socket, Stats, Transmit};
+use neqo_udp::{Datagram, Socket, Stats, TxQueue};
 use tokio::sync::mpsc;
 
 use super::Datapath;
@@ -98,8 +98,8 @@ impl Datapath for ChannelDatapath {
         Ok(())
     }
 
-    fn send(&mut self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
-        self.socket.send(transmits)
+    fn flush(&mut self, queue: &mut TxQueue) -> io::Result<usize> {
+        self.socket.flush(queue)
     }
 
     fn poll_recv_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

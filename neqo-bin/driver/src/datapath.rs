@@ -7,7 +7,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use neqo_udp::{Datagram, RecvBatch, Sent, Socket, Stats, Transmit, TxQueue};
+use neqo_udp::{Datagram, RecvBatch, Socket, Stats, TxQueue};
 
 /// A socket, as the driver uses it. The calls never wait: they report `WouldBlock`, and the
 /// `poll_*_ready` calls say when to try again.
@@ -30,11 +30,12 @@ pub trait Datapath {
     /// `WouldBlock` when nothing is queued; other errors for a broken socket.
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<()>;
 
-    /// Sends a prefix of `transmits`, as [`Socket::send`] does.
+    /// Sends what `queue` holds, once, as [`Socket::flush`] does: what the kernel did not
+    /// take stays at the queue's head. Returns how many transmits were finished.
     ///
     /// # Errors
     /// `WouldBlock` when nothing was finished; other errors for a broken socket.
-    fn send(&mut self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent>;
+    fn flush(&mut self, queue: &mut TxQueue) -> io::Result<usize>;
 
     /// Ready when a receive may find data.
     ///
@@ -96,8 +97,8 @@ impl Datapath for SocketDatapath {
         Ok(())
     }
 
-    fn send(&mut self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
-        self.socket.send(transmits)
+    fn flush(&mut self, queue: &mut TxQueue) -> io::Result<usize> {
+        self.socket.flush(queue)
     }
 
     fn poll_recv_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -133,8 +134,7 @@ impl Path {
             return Ok(false);
         }
         let offered = self.queue.len();
-        let io = &mut self.io;
-        match self.queue.flush(|transmits| io.send(transmits)) {
+        match self.io.flush(&mut self.queue) {
             Ok(done) => {
                 self.blocked = done < offered;
                 Ok(true)

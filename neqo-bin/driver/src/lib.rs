@@ -6,7 +6,7 @@
 //! ```text
 //! kernel -> Datapath::recv -> Endpoint::handle / Connection::handle_event
 //!        -> Application::event -> Connection::poll_transmit
-//!        -> the path's TxQueue -> Datapath::send -> kernel
+//!        -> the path's TxQueue -> Datapath::flush -> kernel
 //! ```
 //!
 //! Each [`turn`](Driver::turn) fires due wake-ups (quinn-proto timers and pacer releases

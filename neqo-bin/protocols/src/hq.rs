@@ -104,7 +104,7 @@ impl fmt::Display for Error {
             Self::NotAbsolute => f.write_str("path does not start with /"),
             Self::TooLarge => f.write_str("size out of range"),
             Self::BadPath(rule) => write!(f, "path refused: {rule}"),
-            Self::NoRoot => f.write_str("no --root to serve files from"),
+            Self::NoRoot => f.write_str("no root to serve files from"),
             Self::OutsideRoot => f.write_str("path leads outside the root"),
             Self::NotAFile => f.write_str("not a regular file"),
             Self::Io(e) => e.fmt(f),

@@ -25,10 +25,11 @@
 
 use std::{fmt, time::Duration};
 
-use anyhow::bail;
 use quinn_proto::{ConnectionId, ConnectionIdGenerator, InvalidCid};
 use rand::RngCore as _;
 use ring::hmac;
+
+use crate::LayoutError;
 
 /// Most bytes of a server ID: the 20-byte CID limit less the first octet and the 8-byte
 /// nonce.
@@ -58,12 +59,9 @@ impl ServerId {
     ///
     /// # Errors
     /// Empty, or longer than [`MAX_SERVER_ID`].
-    pub fn new(bytes: &[u8]) -> anyhow::Result<Self> {
+    pub fn new(bytes: &[u8]) -> Result<Self, LayoutError> {
         if bytes.is_empty() || bytes.len() > MAX_SERVER_ID {
-            bail!(
-                "a server ID of {} bytes; 1 to {MAX_SERVER_ID} are possible",
-                bytes.len()
-            );
+            return Err(LayoutError::ServerIdLength(bytes.len()));
         }
         Ok(Self(bytes.to_vec()))
     }
@@ -122,9 +120,9 @@ impl CidLayout {
     ///
     /// # Errors
     /// A worker count out of range.
-    pub fn new(server_id: Option<ServerId>, workers: usize) -> anyhow::Result<Self> {
+    pub fn new(server_id: Option<ServerId>, workers: usize) -> Result<Self, LayoutError> {
         if !(1..=MAX_WORKERS).contains(&workers) {
-            bail!("{workers} workers; 1 to {MAX_WORKERS} are possible");
+            return Err(LayoutError::Workers(workers));
         }
         Ok(Self { server_id, workers })
     }

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use rustls::pki_types::CertificateDer;
 
-use super::{Server, ServerConfig, ServerReport, ledger::Ledger};
+use super::{Server, ServerConfig, ServerError, ServerReport, ledger::Ledger};
 
 /// A server on its own thread with its own current-thread runtime, for tests and benches.
 #[derive(Debug)]
@@ -12,7 +12,7 @@ pub struct ServerHandle {
     addrs: Vec<SocketAddr>,
     certificate: Vec<CertificateDer<'static>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<anyhow::Result<ServerReport>>>,
+    thread: Option<std::thread::JoinHandle<Result<ServerReport, ServerError>>>,
     ledger: Arc<Ledger>,
     metrics: Option<SocketAddr>,
 }
@@ -22,7 +22,7 @@ impl ServerHandle {
     ///
     /// # Errors
     /// As [`Server::bind`].
-    pub fn start(config: ServerConfig) -> anyhow::Result<Self> {
+    pub fn start(config: ServerConfig) -> Result<Self, ServerError> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -30,14 +30,18 @@ impl ServerHandle {
             .spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
-                    .build()?;
+                    .build()
+                    .map_err(|source| ServerError::Io {
+                        what: "the server's runtime",
+                        source,
+                    })?;
                 rt.block_on(async move {
                     let server = match Server::bind(config) {
                         Ok(s) => s,
                         Err(e) => {
-                            let msg = format!("{e:#}");
+                            // The thread's result is not read: the error goes to `start`.
                             let _ = ready_tx.send(Err(e));
-                            anyhow::bail!(msg);
+                            return Ok(ServerReport::default());
                         }
                     };
                     let _ = ready_tx.send(Ok((
@@ -52,6 +56,10 @@ impl ServerHandle {
                         })
                         .await
                 })
+            })
+            .map_err(|source| ServerError::Io {
+                what: "the server's thread",
+                source,
             })?;
         match ready_rx.recv() {
             Ok(Ok((addrs, certificate, ledger, metrics))) => Ok(Self {
@@ -68,7 +76,9 @@ impl ServerHandle {
             }
             Err(_) => match thread.join() {
                 Ok(Err(e)) => Err(e),
-                _ => Err(anyhow::anyhow!("server thread died")),
+                _ => Err(ServerError::Workers {
+                    failures: vec!["the server's thread died while starting".to_owned()],
+                }),
             },
         }
     }
@@ -108,17 +118,19 @@ impl ServerHandle {
     ///
     /// # Errors
     /// What the server failed with.
-    pub fn stop(mut self) -> anyhow::Result<ServerReport> {
+    pub fn stop(mut self) -> Result<ServerReport, ServerError> {
         self.shutdown()
     }
 
-    fn shutdown(&mut self) -> anyhow::Result<ServerReport> {
+    fn shutdown(&mut self) -> Result<ServerReport, ServerError> {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
         match self.thread.take().map(std::thread::JoinHandle::join) {
             Some(Ok(r)) => r,
-            Some(Err(_)) => Err(anyhow::anyhow!("server thread panicked")),
+            Some(Err(_)) => Err(ServerError::Workers {
+                failures: vec!["the server's thread panicked".to_owned()],
+            }),
             None => Ok(ServerReport::default()),
         }
     }

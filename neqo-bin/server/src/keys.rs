@@ -13,7 +13,6 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{anyhow, bail};
 use quinn_proto::{
     EndpointConfig,
     crypto::{HandshakeTokenKey, HmacKey},
@@ -21,7 +20,10 @@ use quinn_proto::{
 use rand::RngCore as _;
 use ring::{hkdf, hmac};
 
-use super::cid::{CidGenerator, CidLayout};
+use super::{
+    cid::{CidGenerator, CidLayout},
+    error::{KeyFileError, KeyFileProblem},
+};
 
 /// Bytes of secret a key file needs at least (and a new one gets).
 pub const MIN_SECRET: usize = 32;
@@ -114,9 +116,9 @@ impl ServerKeys {
     ///
     /// # Errors
     /// A file that cannot be read or created, fails one of those checks, or holds fewer than
-    /// [`MIN_SECRET`] or more than [`MAX_SECRET`] bytes: one line, starting with
-    /// `--key-file PATH:`, saying what is wrong and what to do.
-    pub fn load_or_create(path: &Path) -> anyhow::Result<Self> {
+    /// [`MIN_SECRET`] or more than [`MAX_SECRET`] bytes: the path and what is wrong with it,
+    /// whose message says what to do.
+    pub fn load_or_create(path: &Path) -> Result<Self, KeyFileError> {
         let secret = match read_checked(path)? {
             Some(secret) => secret,
             None => {
@@ -132,8 +134,8 @@ impl ServerKeys {
 
 /// The secret in `path` if it passes the checks of [`ServerKeys::load_or_create`]; `None`
 /// if there is no file at `path`.
-fn read_checked(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
-    let shown = path.display();
+fn read_checked(path: &Path) -> Result<Option<Vec<u8>>, KeyFileError> {
+    let refuse = |problem| refused(path, problem);
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     // O_NOFOLLOW: a link to a file others can read (/etc/passwd) must not become the key.
@@ -150,14 +152,14 @@ fn read_checked(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
             // The error of an O_NOFOLLOW open on a link differs between systems (ELOOP,
             // EMLINK); the link itself says what it is. Only the message depends on it.
             if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-                bail!("--key-file {shown}: is a symbolic link; give the file itself");
+                return Err(refuse(KeyFileProblem::SymbolicLink));
             }
-            bail!("--key-file {shown}: cannot open it: {e}");
+            return Err(refuse(KeyFileProblem::Open(e)));
         }
     };
     let meta = file
         .metadata()
-        .map_err(|e| anyhow!("--key-file {shown}: cannot read its metadata: {e}"))?;
+        .map_err(|e| refuse(KeyFileProblem::Metadata(e)))?;
     #[cfg(unix)]
     {
         check_unix(path, &file, &meta)?;
@@ -167,7 +169,7 @@ fn read_checked(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     let mut secret = Vec::with_capacity(MAX_SECRET + 1);
     file.take(MAX_SECRET as u64 + 1)
         .read_to_end(&mut secret)
-        .map_err(|e| anyhow!("--key-file {shown}: cannot read it: {e}"))?;
+        .map_err(|e| refuse(KeyFileProblem::Read(e)))?;
     if !(MIN_SECRET..=MAX_SECRET).contains(&secret.len()) {
         // The read stops after MAX_SECRET + 1 bytes; the metadata knows the whole size.
         let len = if secret.len() > MAX_SECRET {
@@ -175,18 +177,11 @@ fn read_checked(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
         } else {
             secret.len() as u64
         };
-        bail!(
-            "--key-file {shown}: {len} bytes; a secret of {MIN_SECRET} to {MAX_SECRET} bytes is \
-             needed"
-        );
+        return Err(refuse(KeyFileProblem::Size { len }));
     }
     check_random(path, &secret)?;
     Ok(Some(secret))
 }
-
-/// What a message about a secret that is not random tells to do.
-const MAKE_RANDOM: &str =
-    "write random bytes to it (head -c 32 /dev/urandom) or remove it to have one made";
 
 /// The fewest distinct byte values a secret of `len` bytes must hold: 8 at [`MIN_SECRET`]
 /// bytes, one more for each doubling of the length (15 at [`MAX_SECRET`]).
@@ -223,66 +218,66 @@ fn distinct_values(bytes: &[u8]) -> usize {
 
 /// Refuses a secret of too few distinct byte values to have been drawn at random (a mistake:
 /// a file of zeros, a repeated character, a word): [`min_distinct`].
-fn check_random(path: &Path, secret: &[u8]) -> anyhow::Result<()> {
-    let shown = path.display();
+fn check_random(path: &Path, secret: &[u8]) -> Result<(), KeyFileError> {
     let len = secret.len();
     let distinct = distinct_values(secret);
     if distinct == 1 {
-        bail!(
-            "--key-file {shown}: all {len} bytes are 0x{:02x}, not a random secret; \
-             {MAKE_RANDOM}",
-            secret[0]
-        );
+        let byte = secret[0];
+        return Err(refused(path, KeyFileProblem::OneValue { len, byte }));
     }
     let needed = min_distinct(len);
     if distinct < needed {
-        bail!(
-            "--key-file {shown}: only {distinct} distinct byte values in {len} bytes, too few \
-             for a random secret (at least {needed} needed); {MAKE_RANDOM}"
-        );
+        return Err(refused(
+            path,
+            KeyFileProblem::FewValues {
+                distinct,
+                len,
+                needed,
+            },
+        ));
     }
     Ok(())
+}
+
+fn refused(path: &Path, problem: KeyFileProblem) -> KeyFileError {
+    KeyFileError {
+        path: path.to_owned(),
+        problem,
+    }
 }
 
 /// Refuses what is not a regular file of this user's, with one link, that only this user can
 /// read or change; `meta` is `file`'s, opened at `path`.
 #[cfg(unix)]
-fn check_unix(path: &Path, file: &std::fs::File, meta: &std::fs::Metadata) -> anyhow::Result<()> {
+fn check_unix(
+    path: &Path,
+    file: &std::fs::File,
+    meta: &std::fs::Metadata,
+) -> Result<(), KeyFileError> {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 
-    let shown = path.display();
+    let refuse = |problem| Err(refused(path, problem));
     if !meta.file_type().is_file() {
-        bail!("--key-file {shown}: not a regular file; give a file holding the secret");
+        return refuse(KeyFileProblem::NotRegular);
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     if meta.uid() != me {
-        bail!(
-            "--key-file {shown}: owned by uid {}, not by this user (uid {me}); give a file of \
-             this user's",
-            meta.uid()
-        );
+        return refuse(KeyFileProblem::Owner {
+            uid: meta.uid(),
+            me,
+        });
     }
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 {
-        let lets = if mode & 0o044 != 0 {
-            "lets other users read it"
-        } else if mode & 0o022 != 0 {
-            "lets other users change it"
-        } else {
-            "gives other users access to it"
-        };
-        bail!("--key-file {shown}: mode {mode:04o} {lets}; chmod 600");
+        return refuse(KeyFileProblem::Mode { mode });
     }
     // Another name is another way to the secret: in a directory others can read, or left
     // behind when this one is replaced or removed. Two names for a moment are a [`create`]
     // linking its temporary file into place.
     let links = meta.nlink();
     if links > 1 && !(links == 2 && being_created(path, file, meta)) {
-        bail!(
-            "--key-file {shown}: has {links} hard links; give a file with one link: copy it, \
-             don't link it"
-        );
+        return refuse(KeyFileProblem::Links(links));
     }
     Ok(())
 }
@@ -337,35 +332,30 @@ fn being_created(path: &Path, file: &std::fs::File, meta: &std::fs::Metadata) ->
 /// this one or root: they could put a file of theirs, with a secret they know, in its place.
 /// A directory that cannot be read is left to the open or the create to report.
 #[cfg(unix)]
-fn check_dir(path: &Path) -> anyhow::Result<()> {
+fn check_dir(path: &Path) -> Result<(), KeyFileError> {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 
-    let shown = path.display();
     let dir = parent_dir(path);
     let Ok(meta) = std::fs::metadata(dir) else {
         return Ok(());
     };
-    let dir = dir.display();
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     if meta.uid() != me && meta.uid() != 0 {
-        bail!(
-            "--key-file {shown}: its directory {dir} is owned by uid {}, who can replace the \
-             file; move the key file to a directory of this user's (uid {me}) or root's",
-            meta.uid()
-        );
+        let problem = KeyFileProblem::DirectoryOwner {
+            dir: dir.to_owned(),
+            uid: meta.uid(),
+            me,
+        };
+        return Err(refused(path, problem));
     }
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o022 != 0 {
-        let who = if mode & 0o002 != 0 {
-            "all users"
-        } else {
-            "its group"
+        let problem = KeyFileProblem::DirectoryMode {
+            dir: dir.to_owned(),
+            mode,
         };
-        bail!(
-            "--key-file {shown}: its directory {dir} has mode {mode:04o}: {who} can write in \
-             it; chmod go-w {dir}, or move the key file to a directory only you can write"
-        );
+        return Err(refused(path, problem));
     }
     Ok(())
 }
@@ -375,10 +365,9 @@ fn check_dir(path: &Path) -> anyhow::Result<()> {
 /// to a temporary file in the same directory and linked to `path`, which fails rather than
 /// overwrites, so a reader never sees a partly written file and all starters agree on one
 /// secret.
-fn create(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let shown = path.display();
+fn create(path: &Path) -> Result<Vec<u8>, KeyFileError> {
     let Some(name) = path.file_name() else {
-        bail!("--key-file {shown}: not a file name; give the path of a file");
+        return Err(refused(path, KeyFileProblem::NotAFileName));
     };
     let mut secret = vec![0u8; MIN_SECRET];
     // So that the file passes the check it gets when read (see min_distinct: a draw is
@@ -407,9 +396,9 @@ fn create(path: &Path) -> anyhow::Result<Vec<u8>> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match read_checked(path)? {
             Some(theirs) => Ok(theirs),
-            None => bail!("--key-file {shown}: removed while being created; start again"),
+            None => Err(refused(path, KeyFileProblem::RemovedWhileCreating)),
         },
-        Err(e) => bail!("--key-file {shown}: cannot create it: {e}"),
+        Err(e) => Err(refused(path, KeyFileProblem::Create(e))),
     }
 }
 
@@ -541,10 +530,7 @@ mod tests {
         let e = refusal(&dir.join("no/such/dir"));
         let shown = dir.join("no/such/dir");
         assert!(
-            e.starts_with(&format!(
-                "--key-file {}: cannot create it: ",
-                shown.display()
-            )),
+            e.starts_with(&format!("{}: cannot create it: ", shown.display())),
             "{e}"
         );
         let _ = std::fs::remove_dir_all(&dir);
@@ -565,10 +551,16 @@ mod tests {
         for len in [0, MIN_SECRET - 1, MAX_SECRET + 1, 1 << 20] {
             let p = dir.join(format!("bad-{len}"));
             write_key(&p, len);
+            let e = ServerKeys::load_or_create(&p).unwrap_err();
+            assert_eq!(e.path, p);
+            assert!(
+                matches!(e.problem, KeyFileProblem::Size { len: l } if l == len as u64),
+                "{e:?}"
+            );
             assert_eq!(
                 refusal(&p),
                 format!(
-                    "--key-file {}: {len} bytes; a secret of 32 to 4096 bytes is needed",
+                    "{}: {len} bytes; a secret of 32 to 4096 bytes is needed",
                     p.display()
                 )
             );
@@ -626,12 +618,8 @@ mod tests {
         ServerKeys::load_or_create(&real).unwrap();
         let link = dir.join("link");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        let expected = |p: &Path| {
-            format!(
-                "--key-file {}: is a symbolic link; give the file itself",
-                p.display()
-            )
-        };
+        let expected =
+            |p: &Path| format!("{}: is a symbolic link; give the file itself", p.display());
         assert_eq!(refusal(&link), expected(&link));
         // A dangling link is refused too, not followed to create its target.
         let dangling = dir.join("dangling");
@@ -660,10 +648,7 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
             assert_eq!(
                 refusal(&p),
-                format!(
-                    "--key-file {}: mode {mode:04o} {what}; chmod 600",
-                    p.display()
-                )
+                format!("{}: mode {mode:04o} {what}; chmod 600", p.display())
             );
         }
         for mode in [0o600, 0o400, 0o700] {
@@ -691,7 +676,7 @@ mod tests {
         assert_eq!(
             refusal(&p),
             format!(
-                "--key-file {}: owned by uid 65534, not by this user (uid 0); give a file of \
+                "{}: owned by uid 65534, not by this user (uid 0); give a file of \
                  this user's",
                 p.display()
             )
@@ -721,7 +706,7 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
         let expected = |p: &Path| {
             format!(
-                "--key-file {}: not a regular file; give a file holding the secret",
+                "{}: not a regular file; give a file holding the secret",
                 p.display()
             )
         };
@@ -770,7 +755,7 @@ mod tests {
             assert_eq!(
                 refusal(&p),
                 format!(
-                    "--key-file {}: all {} bytes are 0x{:02x}, not a random secret; write random \
+                    "{}: all {} bytes are 0x{:02x}, not a random secret; write random \
                      bytes to it (head -c 32 /dev/urandom) or remove it to have one made",
                     p.display(),
                     secret.len(),
@@ -802,7 +787,7 @@ mod tests {
             assert_eq!(
                 refusal(&p),
                 format!(
-                    "--key-file {}: only {values} distinct byte values in {len} bytes, too few \
+                    "{}: only {values} distinct byte values in {len} bytes, too few \
                      for a random secret (at least {needed} needed); write random bytes to it \
                      (head -c 32 /dev/urandom) or remove it to have one made",
                     p.display()
@@ -849,7 +834,7 @@ mod tests {
                 assert_eq!(
                     refusal(p),
                     format!(
-                        "--key-file {path}: its directory {sub} has mode {mode:04o}: {who} can \
+                        "{path}: its directory {sub} has mode {mode:04o}: {who} can \
                          write in it; chmod go-w {sub}, or move the key file to a directory \
                          only you can write",
                         path = p.display(),
@@ -894,7 +879,7 @@ mod tests {
             assert_eq!(
                 refusal(p),
                 format!(
-                    "--key-file {}: its directory {} is owned by uid 65534, who can replace the \
+                    "{}: its directory {} is owned by uid 65534, who can replace the \
                      file; move the key file to a directory of this user's (uid 0) or root's",
                     p.display(),
                     sub.display()
@@ -917,7 +902,7 @@ mod tests {
             assert_eq!(
                 refusal(p),
                 format!(
-                    "--key-file {}: has 2 hard links; give a file with one link: copy it, don't \
+                    "{}: has 2 hard links; give a file with one link: copy it, don't \
                      link it",
                     p.display()
                 )

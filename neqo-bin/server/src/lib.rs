@@ -34,6 +34,7 @@ mod cid;
 mod configs;
 mod disk;
 mod dispatch;
+mod error;
 mod handle;
 mod http3;
 mod initial_shed;
@@ -51,7 +52,6 @@ mod worker;
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use anyhow::Context as _;
 use quinn_proto::VarInt;
 use rustls::pki_types::CertificateDer;
 
@@ -61,6 +61,7 @@ pub use self::{
     budget::{Budget, DEFAULT_BUDGET, MAX_WINDOW, MIN_WINDOW},
     cid::{CidLayout, MAX_SERVER_ID, MAX_WORKERS, ServerId, quic_lb_server_id},
     dispatch::{CHANNEL_CAPACITY, DispatchReport, Dispatcher, worker_for},
+    error::{KeyFileError, KeyFileProblem, LayoutError, ServerError},
     handle::ServerHandle,
     keys::{MAX_SECRET, MIN_SECRET, ServerKeys},
     report::{ServerReport, WorkerSummary},
@@ -190,12 +191,12 @@ fn listen_mtu_bound(listen: &[SocketAddr], max_mtu: Option<u16>) -> u16 {
 /// ALPNs, the worker count).
 fn prepare(
     mut config: ServerConfig,
-) -> anyhow::Result<(worker::Shared, Vec<CertificateDer<'static>>)> {
+) -> Result<(worker::Shared, Vec<CertificateDer<'static>>), ServerError> {
     let root = match &config.root {
-        Some(r) => Some(
-            hq::canonical_root(r)
-                .with_context(|| format!("--root {}: cannot serve from it", r.display()))?,
-        ),
+        Some(r) => Some(hq::canonical_root(r).map_err(|source| ServerError::Root {
+            path: r.clone(),
+            source,
+        })?),
         None => None,
     };
     let identity = match config.identity.clone() {
@@ -203,13 +204,13 @@ fn prepare(
         None => Identity::self_signed()?,
     };
     if config.alpns.is_empty() {
-        anyhow::bail!("no ALPN to offer");
+        return Err(ServerError::NoAlpn);
     }
-    let layout = CidLayout::new(config.server_id.clone(), config.workers).context("--workers")?;
+    let layout = CidLayout::new(config.server_id.clone(), config.workers)?;
     // One crypto config for all workers: one session store, so that a client resumes
     // (and sends 0-RTT) whichever worker it reaches.
     if config.secrets == tls::Secrets::Logged && std::env::var_os("SSLKEYLOGFILE").is_none() {
-        anyhow::bail!("--keylog: SSLKEYLOGFILE is not set (it names the file the secrets go to)");
+        return Err(ServerError::KeylogUnset);
     }
     let crypto = tls::server_crypto_with(&identity, &config.alpns, config.secrets)?;
     let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
@@ -260,7 +261,7 @@ impl Server {
     /// A bind failure (port in use), a missing root, a bad certificate or key, a worker
     /// count that cannot work, [`Steering::Bpf`] where the steering program cannot be
     /// attached, a worker that failed to start.
-    pub fn bind(config: ServerConfig) -> anyhow::Result<Self> {
+    pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         let (shared, certificate) = prepare(config)?;
         // Refused at start, before anything else binds, if it cannot listen.
         let metrics = match (shared.config.metrics, &shared.board) {
@@ -321,7 +322,10 @@ impl Server {
     /// A worker that failed or panicked, at once (the others are stopped first): a server
     /// never goes on with fewer workers than it was started with, since datagrams steered to
     /// the missing one would be lost.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<ServerReport> {
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<ServerReport, ServerError> {
         self.workers.run(shutdown).await
     }
 }

@@ -3,15 +3,13 @@
 //! kernel's steering program hands each datagram to the worker whose index its destination
 //! connection ID carries (`cid`), so a connection stays on its worker when its client's
 //! address or port changes. Where that program cannot be attached (not Linux, or the kernel
-//! refuses it) or `--steering channel` asks for it, every listen address has one socket
+//! refuses it) or [`Steering::Channel`] asks for it, every listen address has one socket
 //! instead, read by a dispatcher thread that hands each datagram to its worker by the same
 //! rule over a bounded channel (`dispatch`); the workers send on that socket directly.
 
 use std::net::SocketAddr;
 
-use anyhow::bail;
-
-use super::{cid::CidLayout, dispatch::CHANNEL_CAPACITY};
+use super::{ServerError, cid::CidLayout, dispatch::CHANNEL_CAPACITY};
 
 /// How datagrams reach the workers when there are several.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -27,12 +25,19 @@ pub enum Steering {
     Channel,
 }
 
-/// The one line refusing `--steering bpf` where the kernel did not take the program.
-fn bpf_refused(workers: usize, addr: SocketAddr, reason: &neqo_udp::HashReason) -> String {
-    format!(
-        "--steering bpf: datagrams cannot be steered to {workers} workers by connection ID on \
-         {addr} ({reason}); use --steering auto or channel"
-    )
+/// Binds a group of `count` sockets on `addr`.
+fn group(
+    addr: SocketAddr,
+    count: usize,
+    steering: Option<neqo_udp::CidSteering>,
+) -> Result<(neqo_udp::ReuseportGroup, SocketAddr), ServerError> {
+    let group = neqo_udp::bind_reuseport_group(addr, count, steering)
+        .map_err(|source| ServerError::Bind { addr, source })?;
+    let bound = group.local_addr().map_err(|source| ServerError::Io {
+        what: "the address of a bound socket",
+        source,
+    })?;
+    Ok((group, bound))
 }
 
 /// The bound sockets.
@@ -66,7 +71,7 @@ pub(super) fn bind(
     listen: &[SocketAddr],
     layout: &CidLayout,
     steering: Steering,
-) -> anyhow::Result<Bound> {
+) -> Result<Bound, ServerError> {
     let workers = layout.workers();
     let cid = neqo_udp::CidSteering::new(
         u8::try_from(layout.worker_offset()).expect("within a 20-byte CID"),
@@ -75,8 +80,8 @@ pub(super) fn bind(
     if workers == 1 {
         let mut sockets = Vec::new();
         for addr in listen {
-            let group = neqo_udp::bind_reuseport_group(*addr, 1, None)?;
-            addrs.push(group.local_addr()?);
+            let (group, bound) = group(*addr, 1, None)?;
+            addrs.push(bound);
             sockets.extend(group.sockets);
         }
         return Ok(Bound {
@@ -87,7 +92,7 @@ pub(super) fn bind(
     }
     // Why the program is not used, where it is not.
     let mut fallback = match steering {
-        Steering::Channel => Some("--steering channel".to_owned()),
+        Steering::Channel => Some("channel steering asked for".to_owned()),
         Steering::Auto if !cfg!(target_os = "linux") => {
             Some("no steering program on this platform".to_owned())
         }
@@ -96,15 +101,19 @@ pub(super) fn bind(
     let mut per_worker: Vec<Vec<std::net::UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
     if fallback.is_none() {
         for addr in listen {
-            let group = neqo_udp::bind_reuseport_group(*addr, workers, Some(cid))?;
+            let (group, bound) = group(*addr, workers, Some(cid))?;
             if let neqo_udp::Steering::Hash(reason) = &group.steering {
                 if steering == Steering::Bpf {
-                    bail!(bpf_refused(workers, *addr, reason));
+                    return Err(ServerError::SteeringRefused {
+                        workers,
+                        addr: *addr,
+                        reason: reason.to_string(),
+                    });
                 }
                 fallback = Some(reason.to_string());
                 break;
             }
-            addrs.push(group.local_addr()?);
+            addrs.push(bound);
             for (w, s) in group.sockets.into_iter().enumerate() {
                 per_worker[w].push(s);
             }
@@ -123,8 +132,8 @@ pub(super) fn bind(
     let mut sockets = Vec::new();
     for addr in listen {
         // A group of one: a plain socket, without SO_REUSEPORT, so nothing can join it.
-        let group = neqo_udp::bind_reuseport_group(*addr, 1, None)?;
-        addrs.push(group.local_addr()?);
+        let (group, bound) = group(*addr, 1, None)?;
+        addrs.push(bound);
         sockets.extend(group.sockets);
     }
     Ok(Bound {
@@ -143,25 +152,32 @@ pub(super) fn bind(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// The kernel's refusal, as [`bind`] reports it: one line naming the workers, the
+    /// address and the kernel's reason.
     #[test]
-    fn the_kernel_refusing_the_program_is_one_line_naming_the_flag() {
-        let m = super::bpf_refused(
-            2,
-            "127.0.0.1:4433".parse().unwrap(),
-            &neqo_udp::HashReason::Refused(neqo_udp::SetupError::new(
-                neqo_udp::Refused::SteeringProgram,
-                std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    "Operation not permitted",
-                ),
-            )),
-        );
-        assert!(m.starts_with("--steering bpf: "), "{m}");
+    fn the_kernel_refusing_the_program_is_one_line() {
+        let reason = neqo_udp::HashReason::Refused(neqo_udp::SetupError::new(
+            neqo_udp::Refused::SteeringProgram,
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "Operation not permitted",
+            ),
+        ));
+        let e = ServerError::SteeringRefused {
+            workers: 2,
+            addr: "127.0.0.1:4433".parse().unwrap(),
+            reason: reason.to_string(),
+        };
+        let m = e.to_string();
         assert!(
-            m.contains("127.0.0.1:4433") && m.contains("not permitted"),
+            m.starts_with(
+                "datagrams cannot be steered to 2 workers by connection ID on 127.0.0.1:4433 ("
+            ),
             "{m}"
         );
-        assert!(m.contains("--steering auto or channel"), "{m}");
-        assert!(!m.contains('\n'), "{m}");
+        assert!(m.contains("not permitted"), "{m}");
+        assert!(!m.contains('\n') && !m.contains("--"), "{m}");
     }
 }

@@ -13,13 +13,12 @@
 
 use std::{future::Future, sync::Arc, thread::JoinHandle, time::Instant};
 
-use anyhow::{Context as _, bail};
 use neqo_driver::{ChannelDatapath, Datapath, Driver, SocketDatapath};
 use neqo_udp::Datagram;
 use tokio::sync::mpsc;
 
 use super::{
-    ServerConfig, ServerReport,
+    ServerConfig, ServerError, ServerReport,
     app::ServerApp,
     cid::CidLayout,
     dispatch::{self, CHANNEL_CAPACITY, DispatchReport, Dispatcher},
@@ -134,7 +133,7 @@ impl Workers {
     ///
     /// # Errors
     /// A worker or the dispatcher that failed to start (the others are stopped).
-    pub(super) fn start(bound: Bound, shared: Shared) -> anyhow::Result<Self> {
+    pub(super) fn start(bound: Bound, shared: Shared) -> Result<Self, ServerError> {
         let shared = Arc::new(shared);
         let (ended_tx, ended) = mpsc::unbounded_channel();
         let mut workers = Self {
@@ -164,9 +163,10 @@ impl Workers {
                     for paths in &mut per_worker {
                         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
                         senders.push(tx);
-                        let clone = socket
-                            .try_clone()
-                            .context("a worker's handle to the listening socket")?;
+                        let clone = socket.try_clone().map_err(|source| ServerError::Io {
+                            what: "a worker's handle to the listening socket",
+                            source,
+                        })?;
                         paths.push(WorkerPath::Channel(clone, rx));
                     }
                     dispatchers.push((socket, Dispatcher::new(steering, senders)));
@@ -187,7 +187,7 @@ impl Workers {
                     })
                 },
             )
-            .with_context(|| format!("worker {index}"))?;
+            .map_err(|e| failed(format!("worker {index}: {e:#}")))?;
             workers.threads.push(worker);
         }
         if let Some(dispatchers) = dispatch {
@@ -208,7 +208,7 @@ impl Workers {
                     .await?)
                 },
             )
-            .context("the dispatcher")?;
+            .map_err(|e| failed(format!("the dispatcher: {e:#}")))?;
             workers.dispatcher = Some(dispatcher);
         }
         Ok(workers)
@@ -236,7 +236,7 @@ impl Workers {
     pub(super) async fn run(
         mut self,
         shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<ServerReport> {
+    ) -> Result<ServerReport, ServerError> {
         let early = tokio::select! {
             () = shutdown => None,
             ended = self.ended.recv() => ended,
@@ -273,13 +273,14 @@ impl Workers {
             }
         }
         if !failures.is_empty() {
-            bail!("{}", failures.join("; "));
+            return Err(ServerError::Workers { failures });
         }
         if let Some(i) = early {
-            if i == self.threads.len() {
-                bail!("the dispatcher stopped before the server was shut down");
-            }
-            bail!("worker {i} stopped before the server was shut down");
+            return Err(failed(if i == self.threads.len() {
+                "the dispatcher stopped before the server was shut down".to_owned()
+            } else {
+                format!("worker {i} stopped before the server was shut down")
+            }));
         }
         Ok(ServerReport::merged(
             reports,
@@ -287,6 +288,13 @@ impl Workers {
             &self.steering,
             dispatch,
         ))
+    }
+}
+
+/// One thread's failure.
+fn failed(failure: String) -> ServerError {
+    ServerError::Workers {
+        failures: vec![failure],
     }
 }
 

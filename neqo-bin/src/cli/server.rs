@@ -6,8 +6,8 @@ use anyhow::bail;
 use neqo_driver::tls::{self, Identity};
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 use neqo_server_core::{
-    Budget, DRAIN_TIMEOUT, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, Server, ServerConfig, ServerId,
-    ServerKeys, Steering,
+    Budget, DRAIN_TIMEOUT, LayoutError, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, Server,
+    ServerConfig, ServerError, ServerId, ServerKeys, Steering,
 };
 
 use super::{
@@ -276,6 +276,29 @@ fn check_steering(steering: Steering, workers: usize, linux: bool) -> anyhow::Re
     Ok(())
 }
 
+/// The server's refusal in the words of the flag that set what it refused, its causes kept
+/// (`{:#}` prints them).
+fn flagged(e: ServerError) -> anyhow::Error {
+    match e {
+        ServerError::Root { path, source } => anyhow::Error::new(source)
+            .context(format!("--root {}: cannot serve from it", path.display())),
+        ServerError::Layout(LayoutError::Workers(_)) => anyhow::Error::new(e).context("--workers"),
+        ServerError::Layout(LayoutError::ServerIdLength(_)) => {
+            anyhow::Error::new(e).context("--server-id")
+        }
+        ServerError::KeylogUnset => anyhow::anyhow!(
+            "--keylog: SSLKEYLOGFILE is not set (it names the file the secrets go to)"
+        ),
+        ServerError::Metrics { addr, source } => {
+            anyhow::Error::new(source).context(format!("--metrics {addr}: cannot listen"))
+        }
+        ServerError::SteeringRefused { .. } => {
+            anyhow::anyhow!("--steering bpf: {e}; use --steering auto or channel")
+        }
+        _ => anyhow::Error::new(e),
+    }
+}
+
 fn serve(args: ServerArgs) -> anyhow::Result<()> {
     args.validate()?;
     let identity = match (&args.cert, &args.key) {
@@ -291,7 +314,9 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         limits: args.limits()?,
         budget: args.budget(),
         keys: match &args.key_file {
-            Some(path) => ServerKeys::load_or_create(path)?,
+            Some(path) => {
+                ServerKeys::load_or_create(path).map_err(|e| anyhow::anyhow!("--key-file {e}"))?
+            }
             None => ServerKeys::random(),
         },
         transport: args.io.transport()?,
@@ -316,7 +341,7 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let report = rt.block_on(async move {
-        let server = Server::bind(config)?;
+        let server = Server::bind(config).map_err(flagged)?;
         let addrs: Vec<String> = server
             .local_addrs()
             .iter()
@@ -324,7 +349,7 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
             .collect();
         println!("neqo-server listening on {}", addrs.join(", "));
         let _ = std::io::stdout().flush();
-        server.run(shutdown_signal()?).await
+        server.run(shutdown_signal()?).await.map_err(flagged)
     })?;
     if args.io.stats {
         eprintln!("neqo-server exit stats: {}", report.summary());
@@ -367,6 +392,53 @@ mod tests {
         for bad in ["ebpf", "", "BPF-only", "1"] {
             let e = parse(&["--steering", bad]).unwrap_err().to_string();
             assert!(e.contains("--steering"), "{bad:?}: {e}");
+        }
+    }
+
+    /// Each refusal of a setting the library reports is told in the words of its flag, once,
+    /// with the library's reason kept; the rest pass through as they are.
+    #[test]
+    fn server_refusals_name_their_flag() {
+        let io = || std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address in use");
+        let addr: SocketAddr = "127.0.0.1:9090".parse().unwrap();
+        for (e, want) in [
+            (
+                ServerError::Root {
+                    path: "/srv/none".into(),
+                    source: io(),
+                },
+                "--root /srv/none: cannot serve from it: Address in use",
+            ),
+            (
+                ServerError::Layout(LayoutError::Workers(0)),
+                "--workers: 0 workers; 1 to 256 are possible",
+            ),
+            (
+                ServerError::Layout(LayoutError::ServerIdLength(12)),
+                "--server-id: a server ID of 12 bytes; 1 to 11 are possible",
+            ),
+            (
+                ServerError::KeylogUnset,
+                "--keylog: SSLKEYLOGFILE is not set",
+            ),
+            (
+                ServerError::Metrics { addr, source: io() },
+                "--metrics 127.0.0.1:9090: cannot listen: Address in use",
+            ),
+            (
+                ServerError::SteeringRefused {
+                    workers: 2,
+                    addr,
+                    reason: "the kernel said no".into(),
+                },
+                "--steering bpf: datagrams cannot be steered to 2 workers by connection ID on \
+                 127.0.0.1:9090 (the kernel said no); use --steering auto or channel",
+            ),
+            (ServerError::NoAlpn, "no ALPN to offer"),
+        ] {
+            let m = format!("{:#}", flagged(e));
+            assert!(m.starts_with(want), "{m}");
+            assert_eq!(m.matches("--").count(), want.matches("--").count(), "{m}");
         }
     }
 

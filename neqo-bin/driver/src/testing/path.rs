@@ -9,7 +9,7 @@ use std::{
 };
 
 use bytes::BytesMut;
-use neqo_udp::{Datagram, Sent, Stats, Transmit};
+use neqo_udp::{Datagram, Sent, Stats, Transmit, TxQueue};
 
 use super::{Behaviour, Network};
 use crate::Datapath;
@@ -67,6 +67,39 @@ impl Datapath for Path {
         Ok(())
     }
 
+    fn flush(&mut self, queue: &mut TxQueue) -> io::Result<usize> {
+        queue.flush(|transmits| self.send(transmits))
+    }
+
+    fn poll_recv_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_send_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s = self.stats;
+        s.kernel_drops = self.net.overflowed(self.addr);
+        s
+    }
+}
+
+impl Path {
+    pub(super) fn new(addr: SocketAddr, net: Network, how: Behaviour) -> Self {
+        Self {
+            addr,
+            net,
+            how,
+            calls: 0,
+            stats: Stats::default(),
+            fallback: false,
+            remainder: None,
+        }
+    }
+
+    /// One send call: what the kernel would take of `transmits`.
     fn send(&mut self, transmits: &[Transmit<&[u8]>]) -> io::Result<Sent> {
         self.calls += 1;
         if let Some(n) = self.net.0.borrow_mut().full_for.get_mut(&self.addr)
@@ -126,34 +159,6 @@ impl Datapath for Path {
             done += 1;
         }
         Ok(Sent::new(done, 0))
-    }
-
-    fn poll_recv_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_send_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn stats(&self) -> Stats {
-        let mut s = self.stats;
-        s.kernel_drops = self.net.overflowed(self.addr);
-        s
-    }
-}
-
-impl Path {
-    pub(super) fn new(addr: SocketAddr, net: Network, how: Behaviour) -> Self {
-        Self {
-            addr,
-            net,
-            how,
-            calls: 0,
-            stats: Stats::default(),
-            fallback: false,
-            remainder: None,
-        }
     }
 
     fn put(&mut self, datagram: &[u8], to: SocketAddr) {

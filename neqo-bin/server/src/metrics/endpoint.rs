@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context as _;
+use crate::ServerError;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode, body::Incoming, header, service::service_fn};
@@ -48,23 +48,25 @@ impl MetricsServer {
     /// Binds `addr` and serves `board` there.
     ///
     /// # Errors
-    /// The bind error, naming the flag.
-    pub(crate) fn start(addr: SocketAddr, board: Arc<Board>) -> anyhow::Result<Self> {
-        let listener =
-            TcpListener::bind(addr).with_context(|| format!("--metrics {addr}: cannot listen"))?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
+    /// The bind error, or the system refusing the endpoint's runtime or thread.
+    pub(crate) fn start(addr: SocketAddr, board: Arc<Board>) -> Result<Self, ServerError> {
+        let refused = |source| ServerError::Metrics { addr, source };
+        let listener = TcpListener::bind(addr).map_err(refused)?;
+        listener.set_nonblocking(true).map_err(refused)?;
+        let addr = listener.local_addr().map_err(refused)?;
+        let io = |what| move |source| ServerError::Io { what, source };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .context("--metrics: no runtime for the endpoint")?;
+            .map_err(io("the metrics endpoint's runtime"))?;
         let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("neqo-server-metrics".into())
             .spawn(move || {
                 // Dropping the runtime after `serve` returns drops the connections under way.
                 runtime.block_on(serve(listener, board, stopped));
-            })?;
+            })
+            .map_err(io("the metrics endpoint's thread"))?;
         Ok(Self {
             addr,
             stop: Some(stop),
