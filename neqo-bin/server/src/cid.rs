@@ -150,8 +150,9 @@ impl CidLayout {
     }
 
     /// The worker a datagram with this destination connection ID is steered to (what the
-    /// steering program computes); `None` when the ID is too short to say.
-    #[must_use]
+    /// steering program computes); `None` when the ID is too short to say. The tests' statement
+    /// of the rule; the program and the dispatcher apply it to datagrams.
+    #[cfg(test)]
     pub fn worker_of(&self, cid: &[u8]) -> Option<usize> {
         cid.get(self.worker_offset())
             .map(|&b| usize::from(b) % self.workers)

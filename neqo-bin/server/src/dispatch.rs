@@ -145,7 +145,7 @@ impl Dispatcher {
     }
 
     /// What it did so far.
-    #[must_use]
+    #[cfg(test)]
     pub const fn report(&self) -> &DispatchReport {
         &self.report
     }

@@ -83,7 +83,7 @@ impl ServerKeys {
     /// The config of worker `worker`'s endpoint: the stateless-reset key, and connection IDs
     /// in `layout` signed with the key, living `cid_lifetime` each (for ever with `None`).
     #[must_use]
-    pub fn endpoint_config(
+    pub(crate) fn endpoint_config(
         &self,
         layout: &CidLayout,
         worker: usize,
@@ -98,7 +98,7 @@ impl ServerKeys {
     /// Worker `worker`'s connection IDs in `layout`, as its endpoint makes them: to tell
     /// the IDs the server issued from others.
     #[must_use]
-    pub fn cid_generator(&self, layout: &CidLayout, worker: usize) -> CidGenerator {
+    pub(crate) fn cid_generator(&self, layout: &CidLayout, worker: usize) -> CidGenerator {
         layout.generator(worker, self.cid.clone(), None)
     }
 

@@ -1,32 +1,39 @@
 //! neqo-server's machinery as a library: a QUIC server on neqo-driver's endpoint driver that
 //! serves `hq-interop`, HTTP/3 and `perf`, from files under a root or generated bodies.
 //!
-//! - [`Server`]: binds and starts its workers, each on a thread of its own; [`ServerHandle`]
-//!   runs one for tests and benches.
-//! - `app`: the [`Application`](neqo_driver::Application): admission, receive windows,
-//!   handshakes given up, stats.
-//! - `requests`: each connection's requests, read and answered, with files read off the
-//!   driver thread (`disk`).
-//! - `http3`: the server's own HTTP/3: frames, QPACK's static table, request heads, control
-//!   streams, and each connection's requests and responses.
-//! - `admission`: which new connections are taken, retried or refused; half-open ones.
-//! - `ledger`: what the workers count together (connections open and half-open, per client
-//!   source too, the arrival rate).
-//! - `budget`: the receive windows, sized so that all together stay within a budget.
-//! - `configs`: the server config of a connection that needs its own (a qlog stream, the
-//!   path MTU bound of its peer's route).
-//! - `keys`: the stateless-reset, Retry-token and connection-ID keys, from a secret file or
-//!   random.
-//! - `cid`: the connection IDs: a QUIC-LB server ID and the worker that owns the connection.
-//! - `worker`: the workers, each a driver with its own sockets, and the running set of them.
-//! - `served_thread`: the thread each worker (and the dispatcher) runs on, which says when it
-//!   ends.
-//! - `steering`: how datagrams reach the workers, and the listen sockets bound for it.
-//! - `dispatch`: channel steering, where no steering program spreads datagrams over the
-//!   workers' sockets: one socket read by a dispatcher thread that hands each datagram to its
-//!   worker over a bounded channel.
-//! - [`ServerReport`]: what it did.
+//! - [`Server`]: binds a [`ServerConfig`] and starts its workers, each on a thread of its
+//!   own, then serves until told to stop; [`ServerHandle`] runs one on a thread for tests and
+//!   benches.
+//! - [`Limits`] and [`Budget`]: which connections are taken, retried or refused, and how
+//!   much receive window all of them together may hold.
+//! - [`ServerKeys`]: the stateless-reset, Retry-token and connection-ID keys, from a key file
+//!   that outlives a restart, or random.
+//! - [`Steering`] and [`ServerId`]: how datagrams reach the workers, and the QUIC-LB server
+//!   ID a fleet's load balancer routes by.
+//! - [`ServerError`]: why a server did not start or stopped; [`ServerReport`]: what it did.
 
+// The modules, for those who work on them:
+// admission: which new connections are taken, retried or refused; half-open ones.
+// app: the driver's Application: admission, receive windows, handshakes given up, stats.
+// budget: the receive windows, sized so that all together stay within a budget.
+// cid: the connection IDs: a QUIC-LB server ID and the worker that owns the connection.
+// configs: the server config of a connection that needs its own (a qlog stream, the path
+//   MTU bound of its peer's route).
+// disk: files read off the driver thread.
+// dispatch: channel steering: one socket read by a dispatcher thread that hands each
+//   datagram to its worker over a bounded channel.
+// http3: the server's own HTTP/3: frames, QPACK's static table, request heads, control
+//   streams, each connection's requests and responses.
+// initial_shed: Initials shed by prefix while a worker falls behind, before any crypto.
+// keys: the keys, from a secret file or random.
+// ledger: what the workers count together (connections open and half-open, per source, the
+//   arrival rate).
+// metrics: the Prometheus endpoint and its reference.
+// prefixes: the address prefixes fair shares are counted by.
+// requests: each connection's requests, read and answered.
+// served_thread: the thread each worker (and the dispatcher) runs on.
+// steering: how datagrams reach the workers, and the listen sockets bound for it.
+// worker: the workers, each a driver with its own sockets, and the running set of them.
 mod admission;
 mod app;
 mod budget;
@@ -55,18 +62,18 @@ use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc, time::Durat
 use quinn_proto::VarInt;
 use rustls::pki_types::CertificateDer;
 
-use self::worker::Workers;
 pub use self::{
     admission::{AdmissionCounters, Limits, RetryPolicy},
     budget::{Budget, DEFAULT_BUDGET, MAX_WINDOW, MIN_WINDOW},
-    cid::{CidLayout, MAX_SERVER_ID, MAX_WORKERS, ServerId, quic_lb_server_id},
-    dispatch::{CHANNEL_CAPACITY, DispatchReport, Dispatcher, worker_for},
+    cid::{MAX_SERVER_ID, MAX_WORKERS, ServerId, quic_lb_server_id},
+    dispatch::{CHANNEL_CAPACITY, DispatchReport},
     error::{KeyFileError, KeyFileProblem, LayoutError, ServerError},
     handle::ServerHandle,
     keys::{MAX_SECRET, MIN_SECRET, ServerKeys},
     report::{ServerReport, WorkerSummary},
     steering::Steering,
 };
+use self::{cid::CidLayout, worker::Workers};
 use neqo_driver::{
     DriverConfig, TransportOptions,
     tls::{self, Identity},
