@@ -1,4 +1,4 @@
-//! The congestion controller every connection gets: quinn-proto's (`--cc`), whose window does
+//! The congestion controller every connection gets: quinn-proto's ([`CongestionControl`](crate::CongestionControl)), whose window does
 //! not fall below its initial window until the connection's first [`FLOOR_ACKED`]
 //! ack-eliciting packets are acknowledged.
 //!

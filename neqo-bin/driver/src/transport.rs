@@ -41,7 +41,7 @@ pub struct TransportOptions {
     /// on sending to the old address and the connection stalls until the idle timeout. The
     /// PING brings the server the new address.
     pub keep_alive: Option<Duration>,
-    /// `--max-mtu`: the most UDP payload path MTU discovery may probe for (1200 to
+    /// The most UDP payload path MTU discovery may probe for (1200 to
     /// [`MAX_MTU_BOUND`], within the route's MTU; [`mtu_bound`]); `None`: the route's, up to
     /// [`ROUTE_MTU_CAP`].
     pub max_mtu: Option<u16>,
@@ -50,7 +50,7 @@ pub struct TransportOptions {
     /// `max_mtu` and the route: the client sets it for its server, the server for its listen
     /// addresses and, where they reach other hosts, for each peer at admission.
     pub mtu_upper_bound: u16,
-    /// `--ack-every N`: ask the peer to acknowledge every N ack-eliciting packets rather than
+    /// Ask the peer to acknowledge every N ack-eliciting packets rather than
     /// every second one, and at the latest after [`ACK_EVERY_MAX_DELAY`] (the ACK frequency
     /// extension; a peer without it ignores the request). `None`: RFC 9000's every second.
     pub ack_every: Option<u32>,
@@ -60,7 +60,7 @@ pub struct TransportOptions {
     pub uni_streams: u32,
 }
 
-/// How long a peer asked for fewer ACKs (`--ack-every`) may hold one back: short, because a
+/// How long a peer asked for fewer ACKs ([`TransportOptions::ack_every`]) may hold one back: short, because a
 /// flight of fewer than N packets (slow start, a small window after loss) waits this long for
 /// its ACK, which delays the window's growth; the peer's default (25 ms) would cost a
 /// round trip of that length each time.
@@ -74,7 +74,7 @@ pub const DEFAULT_MTU_BOUND: u16 = 1452;
 /// The most the search goes to by default where the route is known: a jumbo frame's payload
 /// (a 9000-byte MTU less the IPv4 and UDP headers). Loopback's 64 KiB route would ask for
 /// probes of 30 to 65 KB each, which short connections cannot afford (`docs/path-mtu.md`);
-/// `--max-mtu` asks for more.
+/// `max_mtu` asks for more.
 pub const ROUTE_MTU_CAP: u16 = 8972;
 
 /// The search stops once the next probe would change the MTU by less than this (quinn-proto
@@ -89,10 +89,10 @@ pub const MIN_MTU_BOUND: u16 = 1200;
 pub const MAX_MTU_BOUND: u16 = 65_527;
 
 /// The bound for path MTU discovery towards `peer`: what the route to `peer` carries where
-/// that is known ([`neqo_udp::max_udp_payload_to`]), up to `max_mtu` (`--max-mtu`), or by
+/// that is known ([`neqo_udp::max_udp_payload_to`]), up to `max_mtu`, or by
 /// default up to [`ROUTE_MTU_CAP`]; where it is not, `max_mtu` or [`DEFAULT_MTU_BOUND`].
 /// So by default 1472 bytes on an Ethernet route, 8972 on a jumbo-frame one and on
-/// loopback; `--max-mtu 65527` probes up to loopback's 65507.
+/// loopback; a `max_mtu` of 65527 probes up to loopback's 65507.
 ///
 /// Probing above the path MTU is safe (lost probes only end the search) but not free: each
 /// probe is a padded datagram of the size tried, sent up to three times if lost, so the
@@ -136,7 +136,7 @@ impl Default for TransportOptions {
 }
 
 impl TransportOptions {
-    /// A transport config; with a qlog stream named after `label` when `--qlog-dir` is set.
+    /// A transport config; with a qlog stream named after `label` when `qlog_dir` is set.
     ///
     /// # Errors
     /// An idle timeout out of range, or a qlog file that cannot be created.

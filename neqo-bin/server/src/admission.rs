@@ -38,7 +38,7 @@ use neqo_driver::IdMap;
 
 use super::ledger::Ledger;
 
-/// `--retry auto` sends a Retry to a new connection whose source has this many handshakes in
+/// [`RetryPolicy::Auto`] sends a Retry to a new connection whose source has this many handshakes in
 /// progress already: a client opening more at once than a browser does, or one flooding
 /// from a single address below the server-wide thresholds, proves its address first.
 pub const SOURCE_RETRY_HALF_OPEN: usize = 8;

@@ -38,7 +38,7 @@ pub(super) struct ServerApp {
     pub(super) report: ServerReport,
     next_stats: Instant,
     started: Instant,
-    /// With `--metrics`: where to publish the report, and when next.
+    /// With a metrics endpoint: where to publish the report, and when next.
     board: Option<(Arc<Board>, Instant)>,
 }
 

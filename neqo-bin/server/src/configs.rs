@@ -1,5 +1,5 @@
 //! The server config of each connection: the endpoint's, unless the connection needs one of
-//! its own, for a qlog stream (`--qlog-dir`) or for the path MTU bound of the route to its
+//! its own, for a qlog stream (`TransportOptions::qlog_dir`) or for the path MTU bound of the route to its
 //! peer ([`neqo_driver::mtu_bound`]) where a listen address reaches other hosts.
 
 use std::{collections::HashMap, net::SocketAddr, sync::Arc};
@@ -129,7 +129,7 @@ mod tests {
             c.by_bound.keys().copied().collect::<Vec<_>>(),
             [ROUTE_MTU_CAP]
         );
-        // --max-mtu 1400: within it, and the endpoint's bound already says so.
+        // A max_mtu of 1400: within it, and the endpoint's bound already says so.
         let mut c = configs("0.0.0.0:0", Some(1400));
         assert_eq!(c.transport.mtu_upper_bound, 1400);
         assert!(c.for_peer("127.0.0.1:5000".parse().unwrap()).is_none());

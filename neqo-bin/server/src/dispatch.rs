@@ -1,5 +1,5 @@
 //! Channel steering: where no steering program spreads the datagrams over the workers'
-//! sockets (not Linux, a kernel that refuses it, or `--steering channel`), one socket per
+//! sockets (not Linux, a kernel that refuses it, or [`Steering::Channel`](crate::Steering::Channel)), one socket per
 //! listen address is read by a dispatcher, which hands each datagram to its worker over a
 //! bounded channel.
 //!

@@ -108,7 +108,7 @@ pub struct ServerConfig {
     /// Socket configuration.
     pub socket: neqo_udp::Config,
     /// How the workers' drivers pace, and how long a shutdown lets HTTP/3 connections finish
-    /// the requests they accepted after their GOAWAY (`--drain-timeout`; by default
+    /// the requests they accepted after their GOAWAY (by default
     /// [`DRAIN_TIMEOUT`]); a zero drain closes every connection at once.
     pub driver: DriverConfig,
     /// Print stats to stderr this often.
@@ -125,9 +125,9 @@ pub struct ServerConfig {
     /// Each connection ID is retired and replaced after this long; `None`: kept for the
     /// connection's life.
     pub cid_lifetime: Option<Duration>,
-    /// Serve the counters for Prometheus on this TCP address (`--metrics`).
+    /// Serve the counters for Prometheus on this TCP address.
     pub metrics: Option<SocketAddr>,
-    /// Whether the TLS secrets are written to the file `SSLKEYLOGFILE` names (`--keylog`);
+    /// Whether the TLS secrets are written to the file `SSLKEYLOGFILE` names;
     /// never by default, whatever the environment says.
     pub secrets: tls::Secrets,
 }
@@ -136,7 +136,7 @@ pub struct ServerConfig {
 /// that a stop is not felt as a hang.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The longest `--drain-timeout` taken, in seconds.
+/// The longest drain a front end should take, in seconds.
 pub const MAX_DRAIN_TIMEOUT: f64 = 600.0;
 
 impl Default for ServerConfig {

@@ -35,7 +35,7 @@ pub(super) struct Shared {
     pub(super) layout: CidLayout,
     pub(super) ledger: Arc<Ledger>,
     pub(super) config: ServerConfig,
-    /// With `--metrics`, where the workers publish their reports.
+    /// With a metrics endpoint, where the workers publish their reports.
     pub(super) board: Option<Arc<super::metrics::Board>>,
 }
 

@@ -23,7 +23,7 @@ pub enum Secrets {
     /// Never written.
     #[default]
     Kept,
-    /// Written to the file `SSLKEYLOGFILE` names (`neqo-server --keylog`).
+    /// Written to the file `SSLKEYLOGFILE` names.
     Logged,
 }
 
@@ -107,7 +107,7 @@ pub enum Trust {
     /// Nobody: every certificate is untrusted (there is no system store here).
     #[default]
     Nobody,
-    /// Anything: no verification (`--insecure`).
+    /// Anything: no verification.
     Insecure,
     /// These CA (or self-signed) certificates.
     Certs(Vec<CertificateDer<'static>>),

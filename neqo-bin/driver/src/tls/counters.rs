@@ -27,7 +27,7 @@ pub struct TlsCounters {
     /// Client: Retry packets accepted (integrity tag valid), each followed by a new Initial.
     pub retries_accepted: u64,
     /// Client: handshakes in which the server's certificate was verified (or, with
-    /// `--insecure`, would have been): the full ones. A resumed TLS 1.3 handshake carries no
+    /// verifying nothing, would have been): the full ones. A resumed TLS 1.3 handshake carries no
     /// certificate, so connections minus these were resumed.
     pub full_handshakes: u64,
     /// Server: session tickets redeemed from its ticket store (a client resuming).
@@ -42,7 +42,7 @@ pub struct TlsCounters {
     /// update, initiated or answered, so this counts both. (quinn-proto also updates on its
     /// own after a random 10 to 1000 packets of the first key phase, to exercise its peers.)
     pub key_updates: u64,
-    /// Client: key updates `--key-update` asked for and quinn-proto carried out.
+    /// Client: key updates the application asked for and quinn-proto carried out.
     pub key_updates_forced: u64,
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-/// A TLS 1.3 cipher suite a client may offer (`--cipher-suite`).
+/// A TLS 1.3 cipher suite a client may offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum CipherSuite {
     /// `TLS_AES_128_GCM_SHA256`.

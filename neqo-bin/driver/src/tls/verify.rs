@@ -1,5 +1,5 @@
 //! Server certificate verifiers of the client: one that counts full handshakes around
-//! rustls' own, and one that accepts anything (`--insecure`).
+//! rustls' own, and one that accepts anything ([`Trust::Insecure`](super::Trust::Insecure)).
 
 use std::sync::Arc;
 
@@ -53,7 +53,7 @@ impl ServerCertVerifier for CountingVerifier {
     }
 }
 
-/// Accepts any server certificate (`--insecure`), but still checks the handshake's
+/// Accepts any server certificate, but still checks the handshake's
 /// signatures with the provider's algorithms, as rustls requires of a verifier.
 #[derive(Debug)]
 pub(super) struct NoVerify(pub(super) Arc<rustls::crypto::CryptoProvider>);

@@ -1,4 +1,4 @@
-//! `--metrics ADDR`: what the server's JSON report carries, live, in the OpenMetrics text
+//! The metrics endpoint ([`ServerConfig::metrics`](crate::ServerConfig::metrics)): what the server's JSON report carries, live, in the OpenMetrics text
 //! format Prometheus scrapes (`prometheus-client` writes it), over HTTP on a TCP address.
 //!
 //! - Per worker, labelled `worker`: what each worker's report counts (connections accepted
