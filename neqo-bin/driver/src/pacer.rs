@@ -21,7 +21,7 @@
 //! [`PreciseTimer`] (Linux) wake-ups come only
 //! microseconds late, so the bucket stays small and runs short; on tokio's timers (elsewhere)
 //! the lateness makes the bucket about a millisecond of the rate, as it must be to sustain
-//! the rate. `docs/records/performance.md` has the measurements.
+//! the rate. `docs/records/pacing.md` has the measurements.
 
 use std::time::{Duration, Instant};
 

@@ -72,7 +72,7 @@ pub struct Rebind {
     /// 127.0.0.254, so an IPv4 loopback server only).
     pub addr: bool,
     /// Each client is rebound at most this often (`None`: without end). Some stacks take a
-    /// rebinding or two in a transfer but not more (msquic 2.5's server, docs/guides/interop.md).
+    /// rebinding or two in a transfer but not more (msquic 2.5's server, docs/records/interop.md).
     pub limit: Option<u64>,
 }
 
