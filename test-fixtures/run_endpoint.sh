@@ -12,7 +12,7 @@
 #   NEQO_BIN            the directory holding neqo-server and neqo-client (default: PATH)
 #   REPORTS             a directory for the JSON reports: server.json, client-N.json (N from 1,
 #                       one per client process)
-# Exit code 127: the test case is not supported (docs/interop.md says why).
+# Exit code 127: the test case is not supported (docs/guides/interop.md says why).
 set -euo pipefail
 
 WWW=${WWW:-/www}

@@ -70,7 +70,7 @@ impl Scenario {
     ];
 
     /// The benchmark name: criterion keys its saved baselines and its filters by it
-    /// (`docs/benchmarks.md`), so it stays fixed.
+    /// (`docs/guides/benchmarks.md`), so it stays fixed.
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {

@@ -182,7 +182,7 @@ fn ipv6_single_mode_no_pacing_perf_with_ca() {
     );
 }
 
-/// `--io uring` (a mode until io_uring was removed, see docs/io_uring.md) is refused at start
+/// `--io uring` (a mode until io_uring was removed, see docs/records/io_uring.md) is refused at start
 /// by all three binaries, with a message naming the modes there are; `--help` lists them.
 #[test]
 fn io_uring_is_refused_naming_the_modes() {

@@ -224,7 +224,7 @@ fn one_address_replaying_retry_tokens_keeps_nobody_out() {
     let _serial = serial();
     let ns = Netns::create("neqo-fair-replay").unwrap();
     // In a /24 of its own: the client's neighbours share its prefix's fate once the budget
-    // is contended (docs/server.md).
+    // is contended (docs/reference/server-limits.md).
     let sources = vec![IpAddr::from([127, 0, 1, 2]); 300];
     let d = during(
         &ns,

@@ -1,4 +1,4 @@
-//! Three `neqo-server`s behind one address, routed by nftables as `docs/fleet.nft` says (the
+//! Three `neqo-server`s behind one address, routed by nftables as `docs/guides/fleet.nft` says (the
 //! QUIC-LB server ID of short-header and Handshake packets; the 4-tuple's hash for the
 //! rest), in a network namespace the test makes, on its loopback: the servers on
 //! 127.0.1.1 to .3, the address clients use 127.0.2.1. Clients download through a relay that
@@ -38,13 +38,13 @@ const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
 const DEADLINE: Duration = Duration::from_secs(60);
 const PORT: u16 = 4433;
 const VIP: Ipv4Addr = Ipv4Addr::new(127, 0, 2, 1);
-const RULESET: &str = include_str!("../../docs/fleet.nft");
+const RULESET: &str = include_str!("../../docs/guides/fleet.nft");
 
 fn server_ip(id: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 1, id)
 }
 
-/// `docs/fleet.nft` for this namespace: its addresses ours, its hook `output` (the clients
+/// `docs/guides/fleet.nft` for this namespace: its addresses ours, its hook `output` (the clients
 /// are local), and new connections hashed over `hashed` (server IDs) only.
 fn ruleset(hashed: &[u8]) -> String {
     let mut r = RULESET

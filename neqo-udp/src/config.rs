@@ -31,7 +31,7 @@ pub const MAX_GROUP_SOCKETS: usize = 256;
 /// Whether a socket batches datagrams or moves one per syscall.
 ///
 /// There is no io_uring mode: one was built, measured slower than `Batched` and removed
-/// (`docs/io_uring.md` in the repository has the figures).
+/// (`docs/records/io_uring.md` in the repository has the figures).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum IoMode {
@@ -334,7 +334,7 @@ mod tests {
             r#"unknown I/O mode "fast" (expected batched or single)"#
         );
         assert_eq!(IoMode::Single.to_string(), "single");
-        // io_uring was a mode until it was removed (docs/io_uring.md): refused by name now.
+        // io_uring was a mode until it was removed (docs/records/io_uring.md): refused by name now.
         for gone in ["uring", "io_uring"] {
             let e = gone.parse::<IoMode>().unwrap_err().to_string();
             assert!(e.contains(gone) && e.contains("batched or single"), "{e}");

@@ -6,7 +6,7 @@
 //! quinn-udp), one datagram per syscall elsewhere. [`IoMode::Single`] is the same socket moving one
 //! datagram per syscall, the baseline to compare against. Counters of everything it did are
 //! always on ([`Stats`]). (An io_uring mode was built, measured slower than `recvmmsg`/
-//! `sendmmsg` and removed; its figures are in `docs/io_uring.md` in the repository.)
+//! `sendmmsg` and removed; its figures are in `docs/records/io_uring.md` in the repository.)
 //!
 //! The pieces:
 //! - [`UdpSocketState`]: the runtime-free core. It configures a socket you own and makes the

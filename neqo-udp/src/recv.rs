@@ -14,7 +14,7 @@
 //! every bound a stack states on buffered bytes (quinn-proto's receive windows and its
 //! over-allocation rule) would be off by that factor. With a copy per datagram, what a stack
 //! holds is what it counts. A receiver that trusts its peer may take runs without the copy
-//! ([`RecvBuffers::SharedRuns`]); `docs/performance.md` has what the copy costs.
+//! ([`RecvBuffers::SharedRuns`]); `docs/records/performance.md` has what the copy costs.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 

@@ -4,8 +4,8 @@
 //!   records what it printed, with the commit, date, kernel and CPU, in
 //!   `docs/results/NAME.json`; then renders.
 //! - `figures render` writes every recorded figure into the markdown blocks that show it:
-//!   `<!-- figure: NAME -->` ... `<!-- /figure -->` in README.md and docs/*.md, each followed
-//!   by the command, commit and date it came from.
+//!   `<!-- figure: NAME -->` ... `<!-- /figure -->` in README.md and docs/**/*.md, each followed
+//!   by the command, commit and date it came from and the record's path.
 //! - `figures check` fails when a block differs from its record, or names no known figure
 //!   (a table edited by hand, or a record without its render, shows). The workspace's tests
 //!   run the same check.
@@ -313,26 +313,33 @@ fn rendered(f: &Figure) -> Result<String, String> {
     };
     Ok(format!(
         "{shown}\n\nMeasured at `{}` on {} ({}, {}, {} cores; client and server share them) with \
-         `{}`. Refresh: `cargo run --release -p benches --bin figures -- refresh {}`.",
+         `{}`. Record: `{}`; refresh: `cargo run --release -p benches --bin figures -- refresh \
+         {}`.",
         s("commit"),
         s("date"),
         s("kernel"),
         s("cpu"),
         r.get("cores").and_then(Value::as_u64).unwrap_or(0),
         s("command"),
+        path.display(),
         f.name
     ))
 }
 
-/// README.md and docs/*.md.
+/// README.md and every `.md` under docs/ (guides/, reference/, records/ and any other).
 fn documents() -> Vec<PathBuf> {
-    let mut docs: Vec<PathBuf> = std::fs::read_dir("docs")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
+    fn walk(dir: &Path, docs: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, docs);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                docs.push(path);
+            }
+        }
+    }
+    let mut docs = Vec::new();
+    walk(Path::new("docs"), &mut docs);
     docs.sort();
     docs.insert(0, PathBuf::from("README.md"));
     docs

@@ -35,7 +35,7 @@ struct Inbox {
 /// Its own handle, rather than the dispatcher's socket shared: its send counters are its own,
 /// and its writability waits are served by its own runtime. The price: tokio registers the
 /// handle for readability too, so the worker's runtime is also woken by datagrams arriving
-/// for the other workers (the dispatcher's measurement in `docs/server.md` includes it).
+/// for the other workers (the dispatcher's measurement in `docs/records/server.md` includes it).
 #[derive(Debug)]
 pub struct ChannelDatapath {
     inbox: RefCell<Inbox>,

@@ -8,7 +8,7 @@
 //! so never acknowledges, stay in flight and fill that window; the ServerHello's
 //! retransmission is then held by congestion control for good, while the probe timer, with
 //! nothing of the Initial space in flight, only probes the Handshake space. The client never
-//! gets its keys and the handshake times out, however long it is given (`docs/interop.md` has
+//! gets its keys and the handshake times out, however long it is given (`docs/guides/interop.md` has
 //! the case that found it, `handshakeloss`). Before the handshake is done the
 //! server's sending is bounded by the anti-amplification limit and its flights are a few
 //! packets, so keeping the initial window through them lets lost crypto data go again at no

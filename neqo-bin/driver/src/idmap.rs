@@ -1,6 +1,6 @@
 //! Hash maps keyed by small integers (stream IDs, connection handles) with a multiply-rotate
 //! hash instead of std's SipHash, which showed in the RPS benchmark's profile (several lookups
-//! per request on each side; `docs/performance.md`).
+//! per request on each side; `docs/records/performance.md`).
 //!
 //! Not resistant to chosen keys, and needs not be: the keys are our own connection handles
 //! and stream IDs, which a peer can only open in order and up to the stream limit we grant.

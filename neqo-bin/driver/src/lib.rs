@@ -100,7 +100,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DriverConfig {
-    /// Spread each connection's datagrams over its round trip (`docs/pacing.md`); off, a
+    /// Spread each connection's datagrams over its round trip (`docs/reference/pacing.md`); off, a
     /// connection sends whatever congestion control allows at once.
     pub pacing: bool,
     /// What the pacer waits on (no effect with pacing off). `Precise` falls back to tokio's

@@ -1,6 +1,6 @@
 //! The driver's pacer: releases a connection's datagrams at the congestion controller's rate.
 //!
-//! See `docs/pacing.md` for who paces what.
+//! See `docs/reference/pacing.md` for who paces what.
 //!
 //! The bucket holds [`QUANTUM`] of the rate (at least [`MIN_BURST`] datagrams, at most cwnd)
 //! and, in the send round of a pacing wake-up that came late, that lateness's worth too, so
@@ -21,7 +21,7 @@
 //! [`PreciseTimer`] (Linux) wake-ups come only
 //! microseconds late, so the bucket stays small and runs short; on tokio's timers (elsewhere)
 //! the lateness makes the bucket about a millisecond of the rate, as it must be to sustain
-//! the rate. `docs/performance.md` has the measurements.
+//! the rate. `docs/records/pacing.md` has the measurements.
 
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,7 @@ use super::{Admission, Application, Driver};
 /// Receive batches taken from each path per turn before the driver processes and sends
 /// again. One: answering every batch at once (ACKs, and new data on the ACKs' credit) keeps
 /// the peer's sending pipelined with our processing, and whatever is left is read next turn,
-/// as the socket stays ready. (`docs/performance.md` has the measurement.)
+/// as the socket stays ready. (`docs/records/performance.md` has the measurement.)
 const RECV_BUDGET: usize = 1;
 
 /// How long the driver counts as behind after datagrams were lost before it read them (a

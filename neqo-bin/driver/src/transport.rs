@@ -73,8 +73,8 @@ pub const DEFAULT_MTU_BOUND: u16 = 1452;
 
 /// The most the search goes to by default where the route is known: a jumbo frame's payload
 /// (a 9000-byte MTU less the IPv4 and UDP headers). Loopback's 64 KiB route would ask for
-/// probes of 30 to 65 KB each, which short connections cannot afford (`docs/path-mtu.md`);
-/// `max_mtu` asks for more.
+/// probes of 30 to 65 KB each, which short connections cannot afford
+/// (`docs/records/path-mtu.md`); `max_mtu` asks for more.
 pub const ROUTE_MTU_CAP: u16 = 8972;
 
 /// The search stops once the next probe would change the MTU by less than this (quinn-proto
@@ -97,7 +97,7 @@ pub const MAX_MTU_BOUND: u16 = 65_527;
 /// Probing above the path MTU is safe (lost probes only end the search) but not free: each
 /// probe is a padded datagram of the size tried, sent up to three times if lost, so the
 /// bound and [`MTU_MINIMUM_CHANGE`] set what a connection's search costs
-/// (`docs/path-mtu.md` has the figures).
+/// (`docs/records/path-mtu.md` has the figures).
 #[must_use]
 pub fn mtu_bound(peer: Option<SocketAddr>, max_mtu: Option<u16>) -> u16 {
     let route = peer

@@ -13,7 +13,7 @@ use neqo_udp::IoMode;
 /// I/O, pacing and transport flags both binaries take.
 #[derive(Debug, Clone, clap::Args)]
 pub struct IoArgs {
-    /// Let the driver send whatever congestion control allows at once (see docs/pacing.md).
+    /// Let the driver send whatever congestion control allows at once (see docs/reference/pacing.md).
     #[arg(long)]
     pub no_pacing: bool,
     /// What the pacer waits on: `precise` (a timerfd on Linux, tokio's timers elsewhere) or
@@ -48,7 +48,7 @@ pub struct IoArgs {
     /// Ask the peer to acknowledge every N ack-eliciting packets (1 to 1000; default: every
     /// second, as RFC 9000 has it) and at the latest after 2 ms, through the ACK frequency
     /// extension (peers without it ignore this): fewer ACKs for this side to process when it
-    /// sends much (see docs/many-connections.md).
+    /// sends much (see docs/records/many-connections.md).
     #[arg(long)]
     pub ack_every: Option<u64>,
     /// Each socket's receive buffer (K/M/G; 64K to 1G; default 4M): what the kernel holds for

@@ -119,7 +119,7 @@ const DEFAULT_STATS_INTERVAL: f64 = 5.0;
 
 /// The default `--workers`: a worker per available core where the kernel steers datagrams to
 /// workers (Linux), else one: elsewhere a dispatcher thread would hand them over, which costs
-/// more per datagram (measured in `docs/server.md`), so more workers are asked for.
+/// more per datagram (measured in `docs/records/server.md`), so more workers are asked for.
 fn default_workers() -> usize {
     if cfg!(target_os = "linux") {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))

@@ -136,7 +136,7 @@ impl Default for ClientConfig {
 /// `socket` as a client's: received GRO runs shared without a copy
 /// ([`neqo_udp::RecvBuffers::SharedRuns`]). A client talks to a server it chose, over a few
 /// connections, so what a hostile server could make it pin is one process's worth; a bulk
-/// download spares a copy of every byte. (A server copies: `docs/performance.md`.)
+/// download spares a copy of every byte. (A server copies: `docs/records/performance.md`.)
 #[must_use]
 pub fn client_socket(socket: neqo_udp::Config) -> neqo_udp::Config {
     socket.with_recv_buffers(neqo_udp::RecvBuffers::SharedRuns)
@@ -255,7 +255,7 @@ pub async fn run_until(
     let crypto = tls::client_crypto_with(&config.trust, &config.alpn, &config.cipher_suites)?;
     // A client that only downloads sends little but ACKs, and quinn-proto probes whenever a
     // connection has nothing else to send: following the route would cost it a whole search
-    // (docs/path-mtu.md) for nothing. One that uploads follows the route, as the server does.
+    // (docs/records/path-mtu.md) for nothing. One that uploads follows the route, as the server does.
     let max_mtu = config
         .transport
         .max_mtu

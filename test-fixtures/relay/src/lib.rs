@@ -72,7 +72,7 @@ pub struct Rebind {
     /// 127.0.0.254, so an IPv4 loopback server only).
     pub addr: bool,
     /// Each client is rebound at most this often (`None`: without end). Some stacks take a
-    /// rebinding or two in a transfer but not more (msquic 2.5's server, docs/interop.md).
+    /// rebinding or two in a transfer but not more (msquic 2.5's server, docs/records/interop.md).
     pub limit: Option<u64>,
 }
 
@@ -316,7 +316,7 @@ impl Session {
 /// The upstream addresses the relay has bound. A rebinding gets an address and port the relay
 /// has not used before, as a NAT gives a rebound client a new 4-tuple: the kernel hands a port
 /// out again once its socket is closed, and a middlebox that remembers 4-tuples (conntrack in
-/// front of a fleet, docs/fleet.md) would send a reused one where it went before.
+/// front of a fleet, docs/guides/fleet.md) would send a reused one where it went before.
 #[derive(Debug, Default)]
 struct Bound(HashSet<SocketAddr>);
 

@@ -602,7 +602,7 @@ fn rebinding_after_datagrams(addr: bool) -> Vec<SocketAddr> {
 /// A rebinding at every datagram, 400 times on one address: 400 different ports. The kernel
 /// hands a closed socket's port out again (without the relay's check this failed three runs
 /// in three), and a 4-tuple met again is one a middlebox may still route where it went before
-/// (docs/fleet.md).
+/// (docs/guides/fleet.md).
 #[test]
 fn a_rebinding_never_reuses_an_address_and_port() {
     let datagrams: Vec<Vec<u8>> = (1..=400).map(|seq| payload(seq, 32)).collect();

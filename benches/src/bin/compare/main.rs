@@ -418,7 +418,7 @@ mod tests {
     fn curve_io_modes_parse() {
         assert_eq!(io_mode("batched"), Ok("batched"));
         assert_eq!(io_mode(" single "), Ok("single"));
-        // io_uring was removed (docs/io_uring.md).
+        // io_uring was removed (docs/records/io_uring.md).
         assert!(io_mode("uring").unwrap_err().contains("\"uring\""));
         assert!(io_mode("fast").unwrap_err().contains("\"fast\""));
         assert!(io_mode("").is_err());

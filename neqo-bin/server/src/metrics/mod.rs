@@ -14,7 +14,7 @@
 //! that stale. The endpoint ([`endpoint`]) answers `GET /metrics` only, on hyper's HTTP/1
 //! server on a thread of its own, with bounds on connections and on the time and size of a
 //! request; anything else gets an error status. Every family is listed in
-//! `docs/metrics.md`, generated from the exposition ([`reference`]).
+//! `docs/reference/metrics.md`, generated from the exposition ([`reference`]).
 
 mod endpoint;
 #[cfg(test)]

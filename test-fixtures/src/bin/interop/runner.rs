@@ -220,7 +220,7 @@ fn msquic_cannot(case: &str, client: bool) -> Option<&'static str> {
         }
         ("http3", _) => Some("msquic-peer speaks hq-interop only: no HTTP/3"),
         ("rebind-addr", false) => Some(
-            "msquic 2.5's server stops answering once the client's IP address changes (found here; see docs/interop.md)",
+            "msquic 2.5's server stops answering once the client's IP address changes (found here; see docs/records/interop.md)",
         ),
         _ => None,
     }
@@ -427,8 +427,8 @@ fn client_commands(dirs: &Dirs, case: &str, client: Impl, urls: &[String]) -> Ve
 
 /// Whether an msquic client process of `handshakecorruption` failed its handshake with its
 /// own TLS stack's `internal_error` (alert 80): it happens now and then, is not yet explained
-/// (docs/interop.md has what is known), and the server's side shows nothing wrong, so such a
-/// process gets one more try and the pass says so.
+/// (docs/records/interop.md has what is known), and the server's side shows nothing wrong,
+/// so such a process gets one more try and the pass says so.
 fn msquic_tls_internal_error(case: &str, client: Impl, m: &Measured) -> bool {
     case == "handshakecorruption"
         && client == Impl::Msquic
