@@ -10,65 +10,74 @@ use anyhow::Context as _;
 use neqo_driver::{DriverConfig, TransportOptions};
 use neqo_udp::IoMode;
 
+/// `--help`'s groups, by purpose.
+const LISTENING: &str = "Listening and TLS";
+const LIMITS: &str = "Limits and abuse";
+const FLEET: &str = "Workers and fleet";
+const OBSERVABILITY: &str = "Observability";
+/// Shown by `--help`, not by `-h`.
+const TUNING: &str = "Tuning for benchmarks";
+
 /// I/O, pacing and transport flags both binaries take.
 #[derive(Debug, Clone, clap::Args)]
 pub struct IoArgs {
     /// Let the driver send whatever congestion control allows at once (see docs/reference/pacing.md).
-    #[arg(long)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
     pub no_pacing: bool,
     /// What the pacer waits on: `precise` (a timerfd on Linux, tokio's timers elsewhere) or
     /// `tokio` (tokio's 1 ms timer grid, as on other platforms).
-    #[arg(long, value_enum, default_value_t = PacingTimerArg::Precise)]
+    #[arg(long, value_enum, default_value_t = PacingTimerArg::Precise, help_heading = TUNING, hide_short_help = true)]
     pub pacing_timer: PacingTimerArg,
     /// Datagrams per receive syscall and messages per send syscall (1 to 128).
-    #[arg(long, default_value_t = neqo_udp::DEFAULT_BATCH_SIZE)]
+    #[arg(long, default_value_t = neqo_udp::DEFAULT_BATCH_SIZE, help_heading = TUNING, hide_short_help = true)]
     pub batch_size: usize,
     /// `batched` (recvmmsg/sendmmsg with GSO/GRO) or `single` (one datagram per syscall).
-    #[arg(long, default_value = "batched", value_parser = parse_io)]
+    #[arg(long, default_value = "batched", value_parser = parse_io, help_heading = TUNING, hide_short_help = true)]
     pub io: IoMode,
     /// Do not use UDP GSO.
-    #[arg(long)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
     pub no_gso: bool,
     /// Do not use UDP GRO.
-    #[arg(long)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
     pub no_gro: bool,
     /// Congestion controller.
-    #[arg(long, value_enum, default_value_t = CcArg::Cubic)]
+    #[arg(long, value_enum, default_value_t = CcArg::Cubic, help_heading = TUNING, hide_short_help = true)]
     pub cc: CcArg,
     /// Idle timeout in seconds (0.001 to 86400).
-    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, help_heading = LIMITS)]
     pub idle_timeout: f64,
     /// The most UDP payload path MTU discovery probes for (1200 to 65527 bytes), within what
     /// the route to the peer carries: 65527 means as much as the route carries. Default: the
     /// route's, up to 8972 (a jumbo frame), on the side that sends the data (the server, and
     /// a client that uploads); 1452 on a client that only downloads and where the route is
     /// not known.
-    #[arg(long)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
     pub max_mtu: Option<u64>,
     /// Ask the peer to acknowledge every N ack-eliciting packets (1 to 1000; default: every
     /// second, as RFC 9000 has it) and at the latest after 2 ms, through the ACK frequency
     /// extension (peers without it ignore this): fewer ACKs for this side to process when it
     /// sends much (see docs/records/many-connections.md).
-    #[arg(long)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
     pub ack_every: Option<u64>,
     /// Each socket's receive buffer (K/M/G; 64K to 1G; default 4M): what the kernel holds for
     /// us while we are busy, past which it drops. Above `net.core.rmem_max` only with
     /// `CAP_NET_ADMIN` (root); otherwise the cap stands.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, help_heading = TUNING, hide_short_help = true)]
     pub recv_buffer: Option<u64>,
     /// Write one qlog file per connection here (created at start; must be writable).
-    #[arg(long)]
+    #[arg(long, help_heading = OBSERVABILITY)]
     pub qlog_dir: Option<PathBuf>,
     /// Print statistics (the server: periodically and on exit).
-    #[arg(long)]
+    #[arg(long, help_heading = OBSERVABILITY)]
     pub stats: bool,
     /// Write a JSON report to this file on exit (checked for writing at start).
-    #[arg(long)]
+    #[arg(long, help_heading = OBSERVABILITY)]
     pub json: Option<PathBuf>,
 }
 
 mod checks;
 mod choices;
+mod layers;
 pub use choices::{CcArg, CipherSuiteArg, PacingTimerArg, RetryPolicyArg, SteeringArg};
 mod client;
 mod server;
@@ -79,8 +88,8 @@ pub use checks::{
     check_stream_bytes, check_writable_dir, check_writable_file,
 };
 use checks::{check_count, check_positive};
-pub use client::{ClientArgs, client_main};
-pub use server::{ServerArgs, server_main};
+pub use client::{CLIENT_ENV_PREFIX, ClientArgs, client_from_env, client_main};
+pub use server::{ENV_PREFIX as SERVER_ENV_PREFIX, ServerArgs, server_from_env, server_main};
 
 /// The most packets `--ack-every` may let a peer leave unacknowledged: beyond a few hundred
 /// (a GSO run is at most 64) ACKs would only come from the 2 ms timer.
@@ -233,8 +242,28 @@ pub fn init_logging() {
 /// Logging to stderr at `level` unless `RUST_LOG` says otherwise; in colour only on a
 /// terminal, and never with `NO_COLOR` set (<https://no-color.org>).
 pub fn init_logging_at(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    init_logging_verbose(0, level);
+}
+
+/// The log level `-v` given `count` times asks for: `info`, `debug`, then `trace`.
+fn verbose_level(count: u8) -> &'static str {
+    match count {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    }
+}
+
+/// Logging to stderr: with `-v` (`verbose` > 0) at its level, whatever `RUST_LOG` says (a flag
+/// over a variable); else as `RUST_LOG` says, or at `level`.
+fn init_logging_verbose(verbose: u8, level: &str) {
+    let filter = if verbose > 0 {
+        tracing_subscriber::EnvFilter::new(verbose_level(verbose))
+    } else {
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level))
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -10,10 +10,13 @@ use neqo_server_core::{
     ServerConfig, ServerError, ServerId, ServerKeys, Steering,
 };
 
+use clap::CommandFactory as _;
+
 use super::{
-    IoArgs, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL, RetryPolicyArg,
-    SUPPORTED_ALPNS, SteeringArg, check_alpn, check_count, check_positive, check_seconds,
-    parse_size, shutdown_signal, write_json,
+    FLEET, IoArgs, LIMITS, LISTENING, MAX_STATS_INTERVAL, MIN_IDLE_TIMEOUT, MIN_STATS_INTERVAL,
+    OBSERVABILITY, RetryPolicyArg, SUPPORTED_ALPNS, SteeringArg, check_alpn, check_count,
+    check_positive, check_seconds, init_logging_verbose, layers, parse_size, shutdown_signal,
+    write_json,
 };
 
 /// `neqo-server` flags.
@@ -24,43 +27,51 @@ use super::{
     about = "QUIC server of hq-interop, HTTP/3 and perf on batched UDP I/O"
 )]
 pub struct ServerArgs {
+    /// Read settings from this TOML file: its keys are the long flag names (`listen =
+    /// "[::]:443"`, `alpn = ["h3"]`, `keylog = true`). A flag overrides an environment
+    /// variable (`NEQO_SERVER_LISTEN` for --listen), which overrides the file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log more: -v info, -vv debug, -vvv trace (over RUST_LOG, which takes a full filter).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// Address to listen on (repeatable); `[::]` is dual-stack.
-    #[arg(long, default_value = "[::]:4433")]
+    #[arg(long, default_value = "[::]:4433", help_heading = LISTENING)]
     pub listen: Vec<SocketAddr>,
     /// Serve files from this directory (`/N`, digits only, is always generated).
-    #[arg(long)]
+    #[arg(long, help_heading = LISTENING)]
     pub root: Option<PathBuf>,
     /// PEM certificate chain (with --key); else a self-signed one for localhost.
-    #[arg(long, requires = "key")]
+    #[arg(long, requires = "key", help_heading = LISTENING)]
     pub cert: Option<PathBuf>,
     /// PEM private key (with --cert).
-    #[arg(long, requires = "cert")]
+    #[arg(long, requires = "cert", help_heading = LISTENING)]
     pub key: Option<PathBuf>,
     /// ALPN to offer (repeatable or comma-separated): hq-interop, perf, h3 (HTTP/3: GET and
     /// HEAD of files under --root and of /N; a POST is answered with its body's length).
-    #[arg(long, value_delimiter = ',', default_values_t = [ALPN_HQ.to_owned(), ALPN_PERF.to_owned()])]
+    #[arg(long, value_delimiter = ',', default_values_t = [ALPN_HQ.to_owned(), ALPN_PERF.to_owned()], help_heading = LISTENING)]
     pub alpn: Vec<String>,
     /// Refuse connections beyond this many, half-open ones included (CONNECTION_REFUSED); at
     /// least 1.
-    #[arg(long)]
+    #[arg(long, help_heading = LIMITS)]
     pub max_connections: Option<usize>,
     /// Address validation: `auto` sends a Retry to new clients once --retry-half-open
     /// handshakes are in progress or more than --retry-rate new connections arrive a second;
     /// `always`; `never`.
-    #[arg(long, value_enum, default_value_t = RetryPolicyArg::Auto)]
+    #[arg(long, value_enum, default_value_t = RetryPolicyArg::Auto, help_heading = LIMITS)]
     pub retry: RetryPolicyArg,
     /// `--retry auto`: Retry from this many handshakes in progress on (at least 1).
-    #[arg(long, default_value_t = Limits::default().retry_half_open)]
+    #[arg(long, default_value_t = Limits::default().retry_half_open, help_heading = LIMITS)]
     pub retry_half_open: usize,
     /// `--retry auto`: Retry while more new connections than this arrive a second.
-    #[arg(long, default_value_t = Limits::default().retry_rate)]
+    #[arg(long, default_value_t = Limits::default().retry_rate, help_heading = LIMITS)]
     pub retry_rate: u32,
     /// Refuse new connections while this many handshakes are in progress (at least 1).
-    #[arg(long, default_value_t = Limits::default().max_half_open)]
+    #[arg(long, default_value_t = Limits::default().max_half_open, help_heading = LIMITS)]
     pub max_half_open: usize,
     /// Close a connection whose handshake has not completed after this many seconds (at most
     /// the idle timeout; default 5, or the idle timeout if shorter).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = LIMITS)]
     pub handshake_timeout: Option<f64>,
     /// A file with the secret (32 to 4096 bytes) the stateless-reset and Retry-token keys are
     /// derived from, created with 32 random bytes if missing: a restarted server (or another
@@ -69,46 +80,46 @@ pub struct ServerArgs {
     /// stricter, in a directory only this user (or root) can write (whoever reads or
     /// replaces it can forge the server's resets and Retry tokens); its contents must look
     /// random (not one repeated byte, nor too few distinct values). Others are refused.
-    #[arg(long)]
+    #[arg(long, help_heading = FLEET)]
     pub key_file: Option<PathBuf>,
     /// The most received data all connections together may make the server hold (K/M/G; at
     /// least 1M): every connection's receive window comes out of it, from 64 KiB to 64 MiB,
     /// and a connection that cannot get 64 KiB is refused.
-    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    #[arg(long, value_parser = parse_size, default_value = "1G", help_heading = LIMITS)]
     pub recv_budget: u64,
     /// Seconds between periodic --stats lines (0.1 to 86400; default 5); needs --stats.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = OBSERVABILITY)]
     pub stats_interval: Option<f64>,
     /// Worker threads, datagrams steered to them by connection ID (1 to 256; default: the
     /// cores available, on Linux; 1 elsewhere, where only --steering channel is available).
-    #[arg(long)]
+    #[arg(long, help_heading = FLEET)]
     pub workers: Option<usize>,
     /// How datagrams reach the workers: `bpf`, a socket per worker and the kernel's steering
     /// program (Linux; refuse to start without it); `channel`, one socket read by a
     /// dispatcher thread that hands datagrams to the workers over bounded channels; `auto`,
     /// bpf where the program attaches, else channel.
-    #[arg(long, value_enum, default_value_t = SteeringArg::Auto)]
+    #[arg(long, value_enum, default_value_t = SteeringArg::Auto, help_heading = FLEET)]
     pub steering: SteeringArg,
     /// QUIC-LB server ID (1 to 11 bytes in hex, e.g. 0a1b): every connection ID carries it,
     /// in the clear, so that a QUIC-LB load balancer routes the connection to this server.
-    #[arg(long)]
+    #[arg(long, help_heading = FLEET)]
     pub server_id: Option<String>,
     /// At shutdown (SIGINT, SIGTERM), HTTP/3 connections send GOAWAY and finish the requests
     /// they accepted for at most this many seconds (0 to 600; 0: close every connection at
     /// once), then everything is closed.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = FLEET)]
     pub drain_timeout: Option<f64>,
     /// Retire each connection ID and give the client a new one after this many seconds
     /// (0.1 to 86400; default: never).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = FLEET)]
     pub cid_lifetime: Option<f64>,
     /// Serve the counters for Prometheus (OpenMetrics text, `GET /metrics`) on this TCP
     /// address, e.g. 127.0.0.1:9464; each worker's at most a second old.
-    #[arg(long)]
+    #[arg(long, help_heading = OBSERVABILITY)]
     pub metrics: Option<SocketAddr>,
     /// Write the TLS secrets to the file SSLKEYLOGFILE names, for a packet capture to be
     /// decrypted (Wireshark); without this flag the variable is ignored.
-    #[arg(long)]
+    #[arg(long, help_heading = OBSERVABILITY)]
     pub keylog: bool,
     #[command(flatten)]
     pub io: IoArgs,
@@ -255,10 +266,31 @@ impl ServerArgs {
 /// Runs `neqo-server` until SIGINT or SIGTERM.
 #[must_use]
 pub fn server_main(args: ServerArgs) -> ExitCode {
-    match serve(args) {
+    finish(serve(args).map_err(|e| format!("{e:#}")))
+}
+
+/// `neqo-server`'s `main`: its settings from the flags, the environment (`NEQO_SERVER_*`) and
+/// `--config`, logging as `-v` or `RUST_LOG` says; then [`server_main`].
+#[must_use]
+pub fn server_from_env() -> ExitCode {
+    let cmd = layers::with_env(ServerArgs::command(), ENV_PREFIX);
+    let parsed = match layers::parse::<ServerArgs>(&cmd, std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(layers::LayerError::Clap(e)) => e.exit(),
+        Err(layers::LayerError::File(e)) => return finish(Err(format!("{e:#}"))),
+    };
+    init_logging_verbose(parsed.args.verbose, "warn");
+    finish(serve(parsed.args.clone()).map_err(|e| parsed.locate(format!("{e:#}"))))
+}
+
+/// The prefix of the variables that set `neqo-server`'s flags.
+pub const ENV_PREFIX: &str = "NEQO_SERVER_";
+
+fn finish(result: Result<(), String>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("neqo-server: error: {e:#}");
+            eprintln!("neqo-server: error: {e}");
             ExitCode::FAILURE
         }
     }
@@ -393,6 +425,28 @@ mod tests {
             let e = parse(&["--steering", bad]).unwrap_err().to_string();
             assert!(e.contains("--steering"), "{bad:?}: {e}");
         }
+    }
+
+    /// `--help` groups the flags by purpose; `-h` leaves out the benchmark tuning; every
+    /// setting has its variable.
+    #[test]
+    fn help_is_grouped_and_short_help_leaves_out_tuning() {
+        let mut cmd = layers::with_env(ServerArgs::command(), ENV_PREFIX);
+        let long = cmd.render_long_help().to_string();
+        let short = cmd.render_help().to_string();
+        let at = |text: &str, what: &str| text.find(what).unwrap_or_else(|| panic!("{what}"));
+        for heading in [LISTENING, LIMITS, FLEET, OBSERVABILITY, super::super::TUNING] {
+            at(&long, &format!("{heading}:"));
+        }
+        assert!(at(&long, LISTENING) < at(&long, LIMITS));
+        assert!(at(&long, LIMITS) < at(&long, "--recv-budget"));
+        assert!(at(&long, FLEET) < at(&long, "--key-file"));
+        assert!(at(&long, super::super::TUNING) < at(&long, "--batch-size"));
+        assert!(!short.contains(super::super::TUNING) && !short.contains("--batch-size"));
+        assert!(short.contains("--listen") && short.contains("--metrics"));
+        assert!(long.contains("[env: NEQO_SERVER_RECV_BUDGET="), "{long}");
+        assert!(long.contains("[env: NEQO_SERVER_NO_PACING="), "{long}");
+        assert!(!long.contains("NEQO_SERVER_HELP") && !long.contains("NEQO_SERVER_VERBOSE"));
     }
 
     /// Each refusal of a setting the library reports is told in the words of its flag, once,

@@ -1,0 +1,271 @@
+//! Settings from three places, in this order of precedence: flags, environment variables
+//! (`NEQO_SERVER_LISTEN` for `--listen`: the binary's prefix, then the long flag in upper
+//! case with dashes as underscores) and a TOML file named by `--config` (its keys are the
+//! long flag names: `listen = "127.0.0.1:4433"`, `alpn = ["h3", "perf"]`, `keylog = true`).
+//!
+//! The file's settings become flags placed before the user's, each only where neither a flag
+//! nor a variable sets it, so one parser checks all three alike. Every key and value of the
+//! file is checked first, so that a bad one is refused with the file, line and key named
+//! rather than as a flag the user never typed.
+
+use std::{
+    collections::BTreeMap,
+    ffi::OsString,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, bail};
+use clap::{ArgAction, ArgMatches, Command, FromArgMatches, parser::ValueSource};
+use toml::{Spanned, Value};
+
+/// The flag naming the file.
+const CONFIG: &str = "config";
+
+/// Arguments that are settings, which a variable or a key may set: not `--help`, `--version`
+/// or `-v` (`RUST_LOG` is its variable), nor positional arguments.
+fn is_setting(arg: &clap::Arg) -> bool {
+    arg.get_long().is_some()
+        && !matches!(
+            arg.get_action(),
+            ArgAction::Help
+                | ArgAction::HelpShort
+                | ArgAction::HelpLong
+                | ArgAction::Version
+                | ArgAction::Count
+        )
+}
+
+/// The variable that sets `long` for a binary whose variables start with `prefix`.
+pub fn env_name(prefix: &str, long: &str) -> String {
+    format!("{prefix}{}", long.to_uppercase().replace('-', "_"))
+}
+
+/// `cmd` with a variable for every setting.
+pub fn with_env(cmd: Command, prefix: &str) -> Command {
+    cmd.mut_args(|arg| {
+        if is_setting(&arg) {
+            let name = env_name(prefix, arg.get_long().expect("a setting has a long name"));
+            arg.env(name)
+        } else {
+            arg
+        }
+    })
+}
+
+/// Parsed settings and where the file's came from, to name the file and line in a message
+/// about one of them.
+#[derive(Debug)]
+pub struct Parsed<T> {
+    /// The settings.
+    pub args: T,
+    /// The config file, if one was read.
+    pub file: Option<PathBuf>,
+    /// For each flag the file set (its long name), the key's line.
+    pub from_file: BTreeMap<String, usize>,
+    /// For each flag a variable set (its long name), the variable.
+    pub from_env: BTreeMap<String, String>,
+}
+
+impl<T> Parsed<T> {
+    /// `message` (a refusal that starts with the flag it is about), with the file and line
+    /// in front when the file set that flag, or the variable when a variable did.
+    #[must_use]
+    pub fn locate(&self, message: String) -> String {
+        // `--long ...`, or `-s/--long ...` for a flag with a short form too.
+        let flag = match message.split_once("/--") {
+            Some((short, rest)) if short.len() == 2 && short.starts_with('-') => rest,
+            _ => message.strip_prefix("--").unwrap_or_default(),
+        };
+        let about = |long: &str| {
+            Some(flag)
+                .and_then(|m| m.strip_prefix(long))
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', ':', '=']))
+        };
+        if let Some(var) = self
+            .from_env
+            .iter()
+            .find(|(long, _)| about(long))
+            .map(|(_, v)| v)
+        {
+            return format!("{var}: {message}");
+        }
+        match (
+            &self.file,
+            self.from_file.iter().find(|(long, _)| about(long)),
+        ) {
+            (Some(file), Some((_, line))) => format!("{}:{line}: {message}", file.display()),
+            _ => message,
+        }
+    }
+}
+
+/// Parses `argv` for `cmd` (which has a `--config` setting and the variables of
+/// [`with_env`]) with the file's settings under the flags' and the variables'.
+///
+/// # Errors
+/// A clap error (`--help` and `--version` too: the caller exits with it), or a file that
+/// cannot be read, is not TOML, or holds a key or value that is not a setting.
+pub fn parse<T: FromArgMatches>(
+    cmd: &Command,
+    argv: Vec<OsString>,
+) -> Result<Parsed<T>, LayerError> {
+    // Lenient: a flag that needs another the file gives (`--cert` beside a file's `key`)
+    // is checked in the full parse.
+    let given = cmd
+        .clone()
+        .ignore_errors(true)
+        .try_get_matches_from(&argv)
+        .map_err(LayerError::Clap)?;
+    let file = given.try_get_one::<PathBuf>(CONFIG).ok().flatten().cloned();
+    let Some(file) = file else {
+        let matches = cmd
+            .clone()
+            .try_get_matches_from(argv)
+            .map_err(LayerError::Clap)?;
+        let args = T::from_arg_matches(&matches).map_err(LayerError::Clap)?;
+        return Ok(Parsed {
+            args,
+            file: None,
+            from_file: BTreeMap::new(),
+            from_env: set_by_env(cmd, &matches),
+        });
+    };
+    let (flags, from_file) = file_flags(cmd, &given, &file).map_err(LayerError::File)?;
+    let mut layered = Vec::with_capacity(argv.len() + flags.len());
+    let mut argv = argv.into_iter();
+    layered.extend(argv.next());
+    layered.extend(flags);
+    layered.extend(argv);
+    let matches = cmd
+        .clone()
+        .try_get_matches_from(layered)
+        .map_err(LayerError::Clap)?;
+    let args = T::from_arg_matches(&matches).map_err(LayerError::Clap)?;
+    Ok(Parsed {
+        args,
+        file: Some(file),
+        from_file,
+        from_env: set_by_env(cmd, &matches),
+    })
+}
+
+/// The flags (long names) variables set in `matches`, with the variables.
+fn set_by_env(cmd: &Command, matches: &ArgMatches) -> BTreeMap<String, String> {
+    cmd.get_arguments()
+        .filter(|a| matches.value_source(a.get_id().as_str()) == Some(ValueSource::EnvVariable))
+        .filter_map(|a| {
+            let var = a.get_env()?.to_string_lossy().into_owned();
+            Some((a.get_long()?.to_owned(), var))
+        })
+        .collect()
+}
+
+/// Why the settings could not be parsed.
+#[derive(Debug)]
+pub enum LayerError {
+    /// From the flags or variables; also `--help` and `--version`.
+    Clap(clap::Error),
+    /// From the file.
+    File(anyhow::Error),
+}
+
+/// The flags the file at `path` stands for, each with its key's line: those that `given`
+/// (the flags and variables) leaves unset.
+fn file_flags(
+    cmd: &Command,
+    given: &ArgMatches,
+    path: &Path,
+) -> anyhow::Result<(Vec<OsString>, BTreeMap<String, usize>)> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--config {shown}: cannot read it"))?;
+    let table: BTreeMap<Spanned<String>, Spanned<Value>> =
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    let line = |at: usize| text[..at].matches('\n').count() + 1;
+    let mut flags = Vec::new();
+    let mut from_file = BTreeMap::new();
+    for (key, value) in &table {
+        let key_line = line(key.span().start);
+        let at = format!("{shown}:{key_line}");
+        let key = key.get_ref().as_str();
+        let Some(arg) = cmd.get_arguments().find(|a| {
+            is_setting(a)
+                && a.get_id() != CONFIG
+                && (a.get_long() == Some(key)
+                    || a.get_all_aliases().is_some_and(|v| v.contains(&key)))
+        }) else {
+            bail!(
+                "{at}: unknown key `{key}`; the keys are the long flag names (see {} --help)",
+                cmd.get_name()
+            );
+        };
+        let long = arg.get_long().expect("a setting has a long name");
+        if matches!(
+            given.value_source(arg.get_id().as_str()),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        ) {
+            continue;
+        }
+        let values: Vec<String> = match value.get_ref() {
+            Value::Array(items) if matches!(arg.get_action(), ArgAction::Append) => items
+                .iter()
+                .map(|v| {
+                    scalar(v).ok_or_else(|| {
+                        anyhow::anyhow!("{at}: `{key}`: a list of strings or numbers")
+                    })
+                })
+                .collect::<anyhow::Result<_>>()?,
+            Value::Array(_) => bail!("{at}: `{key}` takes one value, not a list"),
+            v => vec![
+                scalar(v)
+                    .ok_or_else(|| anyhow::anyhow!("{at}: `{key}`: a string, number or boolean"))?,
+            ],
+        };
+        if arg.get_action().takes_values() {
+            for v in &values {
+                // The flag's own parser, alone: it says what is wrong with the value.
+                Command::new(cmd.get_name().to_owned())
+                    .no_binary_name(true)
+                    .arg(
+                        clap::Arg::new("value")
+                            .long(long.to_owned())
+                            .value_parser(arg.get_value_parser().clone()),
+                    )
+                    .try_get_matches_from([format!("--{long}={v}")])
+                    .map_err(|e| anyhow::anyhow!("{at}: `{key}` = {v:?}: {}", clap_reason(&e)))?;
+                flags.push(OsString::from(format!("--{long}={v}")));
+            }
+        } else {
+            match value.get_ref() {
+                Value::Boolean(true) => flags.push(OsString::from(format!("--{long}"))),
+                Value::Boolean(false) => {}
+                _ => bail!("{at}: `{key}` is a switch: true or false"),
+            }
+        }
+        from_file.insert(long.to_owned(), key_line);
+    }
+    Ok((flags, from_file))
+}
+
+/// A value as a flag's text; `None` for a table, a list or a date.
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Integer(i) => Some(i.to_string()),
+        Value::Float(f) => Some(f.to_string()),
+        Value::Boolean(b) => Some(b.to_string()),
+        Value::Datetime(_) | Value::Array(_) | Value::Table(_) => None,
+    }
+}
+
+/// What a value parser said, on one line, without clap's framing (`error: `, the pointer to
+/// `--help`).
+fn clap_reason(e: &clap::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .map(|l| l.strip_prefix("error: ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("; ")
+}

@@ -1,0 +1,283 @@
+//! Settings from a config file (`--config`), environment variables (`NEQO_SERVER_*`,
+//! `NEQO_CLIENT_*`) and flags, in that order of precedence, for both binaries as real
+//! processes over loopback; and each kind of bad file refused at start, naming the file, the
+//! line and the key.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use test_fixtures::{Measured, Server, run};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
+const CLIENT: &str = env!("CARGO_BIN_EXE_neqo-client");
+
+/// How long a server may take to say where it listens, and a command to finish.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A new directory for one test.
+fn dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("neqo-config-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(path: &Path, text: &str) -> String {
+    std::fs::write(path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// `neqo-server` with `args` and the variables `env` (and no other `NEQO_SERVER_*`).
+fn server(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(SERVER);
+    c.args(args).envs(env.iter().copied());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("NEQO_SERVER_") && !env.iter().any(|(e, _)| k == *e) {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn start(cmd: &mut Command) -> Server {
+    Server::start(cmd, LIMIT).unwrap_or_else(|e| panic!("server did not start: {e}"))
+}
+
+fn refused(cmd: &mut Command) -> String {
+    let out: Measured = run(cmd, LIMIT).unwrap();
+    assert!(!out.success(), "started: {}", out.stdout);
+    assert!(
+        !out.stdout.contains("listening"),
+        "bound before refusing: {}",
+        out.stdout
+    );
+    out.stderr.trim_end().to_owned()
+}
+
+/// A client fetch of `/N` from `server` with `args`; its output.
+fn fetch(server: &Server, path: &str, args: &[&str], env: &[(&str, &str)]) -> Measured {
+    let mut c = Command::new(CLIENT);
+    c.arg(format!("https://{}{path}", server.addr()))
+        .args(["--no-progress", "--idle-timeout", "5"])
+        .args(args)
+        .envs(env.iter().copied());
+    run(&mut c, LIMIT).unwrap()
+}
+
+/// A server set up by its file alone serves what the file says: its root, byte-exact, and
+/// the ALPNs it lists (here only `hq-interop`, so `perf` is refused).
+#[cfg(unix)]
+#[test]
+fn a_server_runs_from_its_config_file() {
+    let d = dir("file");
+    let root = d.join("www");
+    std::fs::create_dir(&root).unwrap();
+    let body: Vec<u8> = (0..70_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(root.join("page.bin"), &body).unwrap();
+    let cfg = write(
+        &d.join("server.toml"),
+        &format!(
+            "# neqo-server\nlisten = \"127.0.0.1:0\"\nroot = {root:?}\nalpn = [\"hq-interop\"]\n\
+             workers = 1\n",
+            root = root.to_str().unwrap()
+        ),
+    );
+    let s = start(&mut server(&["--config", &cfg], &[]));
+    let out_file = d.join("got.bin");
+    let out = fetch(
+        &s,
+        "/page.bin",
+        &["--insecure", "-o", out_file.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.success(), "{}", out.stderr);
+    assert_eq!(std::fs::read(&out_file).unwrap(), body);
+    let out = fetch(&s, "/", &["--insecure", "--alpn", "perf"], &[]);
+    assert!(!out.success(), "perf was not offered: {}", out.stderr);
+    let stopped = s.stop().unwrap();
+    assert!(!stopped.killed);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Flags over variables over the file: a bad worker count in a weaker place is never read
+/// when a stronger one gives a good count, and is refused, named by where it came from, when
+/// nothing overrides it.
+#[cfg(unix)]
+#[test]
+fn flags_override_variables_which_override_the_file() {
+    let d = dir("precedence");
+    let cfg = write(
+        &d.join("s.toml"),
+        "listen = \"127.0.0.1:0\"\n\nworkers = 0\n",
+    );
+    let bad_env = [("NEQO_SERVER_WORKERS", "0")];
+    let good_env = [("NEQO_SERVER_WORKERS", "1")];
+    // The variable over the file.
+    start(&mut server(&["--config", &cfg], &good_env))
+        .stop()
+        .unwrap();
+    // The flag over both.
+    start(&mut server(&["--config", &cfg, "--workers", "1"], &bad_env))
+        .stop()
+        .unwrap();
+    // Each alone, named.
+    assert_eq!(
+        refused(&mut server(&["--config", &cfg], &[])),
+        format!(
+            "neqo-server: error: {cfg}:3: --workers 0: must be between 1 and 256 (one \
+             connection-ID byte tells them apart)"
+        )
+    );
+    assert_eq!(
+        refused(&mut server(&["--config", &cfg], &bad_env)),
+        "neqo-server: error: NEQO_SERVER_WORKERS: --workers 0: must be between 1 and 256 (one \
+         connection-ID byte tells them apart)"
+    );
+    // The file named by a variable, and a switch set by one.
+    let s = start(&mut server(
+        &[],
+        &[("NEQO_SERVER_CONFIG", &cfg), ("NEQO_SERVER_WORKERS", "1")],
+    ));
+    s.stop().unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Every kind of bad file is refused before anything binds, with the file, the line and the
+/// key (or TOML's own position for a file that is not TOML).
+#[test]
+fn bad_files_are_refused_with_file_line_and_key() {
+    let d = dir("bad");
+    for (name, text, want) in [
+        (
+            "unknown",
+            "listen = \"127.0.0.1:0\"\nworkrs = 2\n",
+            ":2: unknown key `workrs`; the keys are the long flag names (see neqo-server --help)",
+        ),
+        (
+            "type",
+            "\n\nworkers = \"two\"\n",
+            ":3: `workers` = \"two\": invalid value 'two' for '--workers <value>': invalid digit \
+             found in string",
+        ),
+        (
+            "choice",
+            "retry = \"sometimes\"\n",
+            ":1: `retry` = \"sometimes\": invalid value 'sometimes' for '--retry <value>'; \
+             [possible values: auto, always, never]",
+        ),
+        (
+            "switch",
+            "keylog = \"yes\"\n",
+            ":1: `keylog` is a switch: true or false",
+        ),
+        (
+            "list",
+            "workers = [1, 2]\n",
+            ":1: `workers` takes one value, not a list",
+        ),
+        (
+            "table",
+            "[listen]\nport = 1\n",
+            ":1: `listen`: a string, number or boolean",
+        ),
+        (
+            "help",
+            "help = true\n",
+            ":1: unknown key `help`; the keys are the long flag names (see neqo-server --help)",
+        ),
+    ] {
+        let path = write(&d.join(format!("{name}.toml")), text);
+        let e = refused(&mut server(&["--config", &path], &[]));
+        assert_eq!(e, format!("neqo-server: error: {path}{want}"), "{name}");
+    }
+    let path = write(&d.join("syntax.toml"), "listen = [\n");
+    let e = refused(&mut server(&["--config", &path], &[]));
+    assert!(
+        e.starts_with(&format!(
+            "neqo-server: error: {path}: TOML parse error at line 1, column 11"
+        )),
+        "{e}"
+    );
+    let missing = d.join("missing.toml");
+    let e = refused(&mut server(&["--config", missing.to_str().unwrap()], &[]));
+    assert!(
+        e.starts_with(&format!(
+            "neqo-server: error: --config {}: cannot read it: ",
+            missing.display()
+        )),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The client takes its settings the same way: `insecure` from a file or a variable lets it
+/// fetch from a server with a self-signed certificate, which it refuses without.
+#[cfg(unix)]
+#[test]
+fn a_client_takes_a_file_and_variables() {
+    let d = dir("client");
+    let s = start(&mut server(
+        &["--listen", "127.0.0.1:0", "--workers", "1"],
+        &[],
+    ));
+    let out = fetch(&s, "/1000", &[], &[]);
+    assert!(!out.success(), "a self-signed certificate was trusted");
+    let cfg = write(&d.join("c.toml"), "insecure = true\nrequests = 3\n");
+    let json = d.join("c.json");
+    let out = fetch(
+        &s,
+        "/1000",
+        &["--config", &cfg, "--json", json.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.success(), "{}", out.stderr);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["requests"], 3, "{report}");
+    assert_eq!(report["bytes_received"], 3000, "{report}");
+    let out = fetch(&s, "/1000", &[], &[("NEQO_CLIENT_INSECURE", "true")]);
+    assert!(out.success(), "{}", out.stderr);
+    let bad = write(&d.join("bad.toml"), "insecure = true\nrequests = 0\n");
+    let out = fetch(&s, "/1000", &["--config", &bad], &[]);
+    assert!(!out.success());
+    assert!(
+        out.stderr.contains(&format!("{bad}:2: -n/--requests 0")),
+        "{}",
+        out.stderr
+    );
+    s.stop().unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `-v` sets the log level whatever `RUST_LOG` says (a flag over a variable), up or down;
+/// without it `RUST_LOG` rules. (Neither binary logs at `info` on a clean fetch, so debug
+/// lines tell the levels apart.)
+#[cfg(unix)]
+#[test]
+fn verbose_flags_set_the_log_level_over_rust_log() {
+    let s = start(&mut server(
+        &["--listen", "127.0.0.1:0", "--workers", "1"],
+        &[],
+    ));
+    let debug_lines = |flags: &[&str], rust_log: &str| {
+        let out = fetch(
+            &s,
+            "/1000",
+            &[&["--insecure"], flags].concat(),
+            &[("RUST_LOG", rust_log)],
+        );
+        assert!(out.success(), "{}", out.stderr);
+        out.stderr.lines().filter(|l| l.contains(" DEBUG ")).count()
+    };
+    assert_eq!(debug_lines(&[], "error"), 0);
+    assert!(
+        debug_lines(&["-vv"], "error") > 0,
+        "-vv over RUST_LOG=error"
+    );
+    assert!(debug_lines(&[], "debug") > 0, "RUST_LOG=debug");
+    assert_eq!(debug_lines(&["-v"], "debug"), 0, "-v over RUST_LOG=debug");
+    s.stop().unwrap();
+}
