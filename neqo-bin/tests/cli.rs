@@ -382,11 +382,14 @@ fn bad_settings_are_refused_at_start() {
         (&["--alpn", "h2"], "--alpn"),
         (&["--alpn", ""], "--alpn"),
         (&["--alpn", &long_alpn], "--alpn"),
-        (&["--max-mtu", "1199"], "--max-mtu"),
-        (&["--max-mtu", "65528"], "--max-mtu"),
-        (&["--max-mtu", "99999999999"], "--max-mtu"),
-        (&["--recv-buffer", "1000"], "--recv-buffer"),
-        (&["--recv-buffer", "2G"], "--recv-buffer"),
+        (&["--max-udp-payload", "1199"], "--max-udp-payload"),
+        (&["--max-udp-payload", "65528"], "--max-udp-payload"),
+        (&["--max-udp-payload", "99999999999"], "--max-udp-payload"),
+        (&["--socket-recv-buffer", "1000"], "--socket-recv-buffer"),
+        (&["--socket-recv-buffer", "2G"], "--socket-recv-buffer"),
+        // The old names still work, and are answered in the new.
+        (&["--max-mtu", "1199"], "--max-udp-payload"),
+        (&["--recv-buffer", "2G"], "--socket-recv-buffer"),
         (&["--ack-every", "0"], "--ack-every"),
         (&["--ack-every", "1001"], "--ack-every"),
     ];
@@ -400,10 +403,12 @@ fn bad_settings_are_refused_at_start() {
         (&["--handshake-timeout", "11"], "--handshake-timeout"),
         (&["--handshake-timeout", "0"], "--handshake-timeout"),
         (&["--max-half-open", "0"], "--max-half-open"),
-        (&["--recv-budget", "1000"], "--recv-budget"),
+        (&["--window-budget", "1000"], "--window-budget"),
+        (&["--recv-budget", "1000"], "--window-budget"),
         (&["--retry-half-open", "0"], "--retry-half-open"),
-        (&["--key-file", short_key], "--key-file"),
-        (&["--key-file", below_file], "--key-file"),
+        (&["--secret-file", short_key], "--secret-file"),
+        (&["--secret-file", below_file], "--secret-file"),
+        (&["--key-file", below_file], "--secret-file"),
         (&["--workers", "0"], "--workers"),
         (&["--workers", "257"], "--workers"),
         (&["--server-id", "zz"], "--server-id"),
@@ -539,7 +544,7 @@ fn unsafe_key_files_are_refused_at_start() {
         assert!(matches!(out.code, Some(c) if c != 0), "{what}");
         assert_eq!(
             out.stderr.trim_end(),
-            format!("neqo-server: error: --key-file {path}: {why}"),
+            format!("neqo-server: error: --secret-file {path}: {why}"),
             "{what}"
         );
         assert!(!out.stdout.contains("listening"), "{what}");

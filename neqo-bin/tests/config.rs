@@ -184,6 +184,12 @@ fn bad_files_are_refused_with_file_line_and_key() {
             ":1: `listen`: a string, number or boolean",
         ),
         (
+            "old name",
+            "listen = \"127.0.0.1:0\"\nmax-mtu = 1000\n",
+            ":2: --max-udp-payload 1000: must be between 1200 (what every QUIC path carries) \
+             and 65527 bytes",
+        ),
+        (
             "help",
             "help = true\n",
             ":1: unknown key `help`; the keys are the long flag names (see neqo-server --help)",

@@ -109,7 +109,7 @@ pub fn parse<T: FromArgMatches>(
     cmd: &Command,
     argv: Vec<OsString>,
 ) -> Result<Parsed<T>, LayerError> {
-    // Lenient: a flag that needs another the file gives (`--cert` beside a file's `key`)
+    // Lenient: a flag that needs another the file gives (`--tls-cert` beside a file's `tls-key`)
     // is checked in the full parse.
     let given = cmd
         .clone()

@@ -51,7 +51,7 @@ pub struct IoArgs {
     /// route's, up to 8972 (a jumbo frame), on the side that sends the data (the server, and
     /// a client that uploads); 1452 on a client that only downloads and where the route is
     /// not known.
-    #[arg(long, help_heading = TUNING, hide_short_help = true)]
+    #[arg(long = "max-udp-payload", visible_alias = "max-mtu", value_name = "BYTES", help_heading = TUNING, hide_short_help = true)]
     pub max_mtu: Option<u64>,
     /// Ask the peer to acknowledge every N ack-eliciting packets (1 to 1000; default: every
     /// second, as RFC 9000 has it) and at the latest after 2 ms, through the ACK frequency
@@ -62,7 +62,7 @@ pub struct IoArgs {
     /// Each socket's receive buffer (K/M/G; 64K to 1G; default 4M): what the kernel holds for
     /// us while we are busy, past which it drops. Above `net.core.rmem_max` only with
     /// `CAP_NET_ADMIN` (root); otherwise the cap stands.
-    #[arg(long, value_parser = parse_size, help_heading = TUNING, hide_short_help = true)]
+    #[arg(long = "socket-recv-buffer", visible_alias = "recv-buffer", value_name = "BYTES", value_parser = parse_size, help_heading = TUNING, hide_short_help = true)]
     pub recv_buffer: Option<u64>,
     /// Write one qlog file per connection here (created at start; must be writable).
     #[arg(long, help_heading = OBSERVABILITY)]
@@ -125,7 +125,7 @@ impl IoArgs {
         match self.recv_buffer {
             None => Ok(neqo_udp::DEFAULT_SOCKET_BUFFER),
             Some(b) if RANGE.contains(&b) => Ok(usize::try_from(b)?),
-            Some(b) => anyhow::bail!("--recv-buffer {b}: must be between 64K and 1G bytes"),
+            Some(b) => anyhow::bail!("--socket-recv-buffer {b}: must be between 64K and 1G bytes"),
         }
     }
 
@@ -145,7 +145,7 @@ impl IoArgs {
         match u16::try_from(m) {
             Ok(m) if (lo..=hi).contains(&m) => Ok(Some(m)),
             _ => anyhow::bail!(
-                "--max-mtu {m}: must be between {lo} (what every QUIC path carries) and {hi} bytes"
+                "--max-udp-payload {m}: must be between {lo} (what every QUIC path carries) and {hi} bytes"
             ),
         }
     }

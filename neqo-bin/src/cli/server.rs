@@ -41,11 +41,11 @@ pub struct ServerArgs {
     /// Serve files from this directory (`/N`, digits only, is always generated).
     #[arg(long, help_heading = LISTENING)]
     pub root: Option<PathBuf>,
-    /// PEM certificate chain (with --key); else a self-signed one for localhost.
-    #[arg(long, requires = "key", help_heading = LISTENING)]
+    /// PEM certificate chain (with --tls-key); else a self-signed one for localhost.
+    #[arg(long = "tls-cert", visible_alias = "cert", value_name = "PEM", requires = "key", help_heading = LISTENING)]
     pub cert: Option<PathBuf>,
-    /// PEM private key (with --cert).
-    #[arg(long, requires = "cert", help_heading = LISTENING)]
+    /// PEM private key of the certificate (with --tls-cert).
+    #[arg(long = "tls-key", visible_alias = "key", value_name = "PEM", requires = "cert", help_heading = LISTENING)]
     pub key: Option<PathBuf>,
     /// ALPN to offer (repeatable or comma-separated): hq-interop, perf, h3 (HTTP/3: GET and
     /// HEAD of files under --root and of /N; a POST is answered with its body's length).
@@ -80,12 +80,12 @@ pub struct ServerArgs {
     /// stricter, in a directory only this user (or root) can write (whoever reads or
     /// replaces it can forge the server's resets and Retry tokens); its contents must look
     /// random (not one repeated byte, nor too few distinct values). Others are refused.
-    #[arg(long, help_heading = FLEET)]
+    #[arg(long = "secret-file", visible_alias = "key-file", value_name = "FILE", help_heading = FLEET)]
     pub key_file: Option<PathBuf>,
     /// The most received data all connections together may make the server hold (K/M/G; at
     /// least 1M): every connection's receive window comes out of it, from 64 KiB to 64 MiB,
     /// and a connection that cannot get 64 KiB is refused.
-    #[arg(long, value_parser = parse_size, default_value = "1G", help_heading = LIMITS)]
+    #[arg(long = "window-budget", visible_alias = "recv-budget", value_name = "BYTES", value_parser = parse_size, default_value = "1G", help_heading = LIMITS)]
     pub recv_budget: u64,
     /// Seconds between periodic --stats lines (0.1 to 86400; default 5); needs --stats.
     #[arg(long, allow_negative_numbers = true, help_heading = OBSERVABILITY)]
@@ -161,7 +161,7 @@ impl ServerArgs {
         check_positive("--max-half-open", self.max_half_open)?;
         if self.recv_budget < 1 << 20 {
             bail!(
-                "--recv-budget {}: must be at least 1M (1048576 bytes)",
+                "--window-budget {}: must be at least 1M (1048576 bytes)",
                 self.recv_budget
             );
         }
@@ -346,9 +346,8 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
         limits: args.limits()?,
         budget: args.budget(),
         keys: match &args.key_file {
-            Some(path) => {
-                ServerKeys::load_or_create(path).map_err(|e| anyhow::anyhow!("--key-file {e}"))?
-            }
+            Some(path) => ServerKeys::load_or_create(path)
+                .map_err(|e| anyhow::anyhow!("--secret-file {e}"))?,
             None => ServerKeys::random(),
         },
         transport: args.io.transport()?,
@@ -435,16 +434,22 @@ mod tests {
         let long = cmd.render_long_help().to_string();
         let short = cmd.render_help().to_string();
         let at = |text: &str, what: &str| text.find(what).unwrap_or_else(|| panic!("{what}"));
-        for heading in [LISTENING, LIMITS, FLEET, OBSERVABILITY, super::super::TUNING] {
+        for heading in [
+            LISTENING,
+            LIMITS,
+            FLEET,
+            OBSERVABILITY,
+            super::super::TUNING,
+        ] {
             at(&long, &format!("{heading}:"));
         }
         assert!(at(&long, LISTENING) < at(&long, LIMITS));
-        assert!(at(&long, LIMITS) < at(&long, "--recv-budget"));
-        assert!(at(&long, FLEET) < at(&long, "--key-file"));
+        assert!(at(&long, LIMITS) < at(&long, "--window-budget"));
+        assert!(at(&long, FLEET) < at(&long, "--secret-file"));
         assert!(at(&long, super::super::TUNING) < at(&long, "--batch-size"));
         assert!(!short.contains(super::super::TUNING) && !short.contains("--batch-size"));
         assert!(short.contains("--listen") && short.contains("--metrics"));
-        assert!(long.contains("[env: NEQO_SERVER_RECV_BUDGET="), "{long}");
+        assert!(long.contains("[env: NEQO_SERVER_WINDOW_BUDGET="), "{long}");
         assert!(long.contains("[env: NEQO_SERVER_NO_PACING="), "{long}");
         assert!(!long.contains("NEQO_SERVER_HELP") && !long.contains("NEQO_SERVER_VERBOSE"));
     }
