@@ -829,6 +829,8 @@ mod tests {
     #[test]
     fn names_are_unique_and_known_to_run_endpoint_sh() {
         for (i, c) in CASES.iter().enumerate() {
+            // `--cases` splits at commas; BASE's empty name is no case's.
+            assert!(!c.name.is_empty() && !c.name.contains(','), "{c:?}");
             assert!(
                 CASES[..i].iter().all(|o| o.name != c.name),
                 "{} twice",
