@@ -21,4 +21,16 @@ fn locates_and_runs_interop() {
     let m = run(Command::new(&found).arg("--bogus"), LIMIT).unwrap();
     assert_eq!(m.code, Some(2), "{m:?}");
     assert!(m.stderr.contains("unknown argument"), "{}", m.stderr);
+    // An unknown case is refused before anything is built or run, with the known ones.
+    let m = run(
+        Command::new(&found).args(["--cases", "handshake,bogus"]),
+        LIMIT,
+    )
+    .unwrap();
+    assert_eq!(m.code, Some(2), "{m:?}");
+    assert!(
+        m.stderr.contains("unknown case \"bogus\"") && m.stderr.contains("handshake,transfer,"),
+        "{}",
+        m.stderr
+    );
 }

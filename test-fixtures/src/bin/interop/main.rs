@@ -6,8 +6,9 @@
 //! `cargo run --release -p test-fixtures --bin interop -- [--no-build] [--quick]`
 //!
 //! With `--cases all` or `--cases handshake,retry,...`, the QUIC Interop Runner's test cases
-//! instead (`runner.rs`), neqo <-> neqo and neqo <-> msquic.
+//! instead, neqo <-> neqo and neqo <-> msquic: one row each in `cases.rs`, run by `runner.rs`.
 
+mod cases;
 mod runner;
 
 use std::{
@@ -165,7 +166,7 @@ fn client_command(d: Direction, v: &Variant, port: u16, case: Case) -> Command {
 fn main() -> ExitCode {
     let mut build = true;
     let mut quick = false;
-    let mut cases: Option<Vec<String>> = None;
+    let mut cases: Option<Vec<&'static cases::Case>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -176,24 +177,18 @@ fn main() -> ExitCode {
                     eprintln!("interop: --cases needs a list (or all)");
                     return ExitCode::from(2);
                 };
-                let list: Vec<String> = if list == "all" {
-                    runner::ALL.iter().map(|&c| c.to_owned()).collect()
-                } else {
-                    list.split(',').map(str::to_owned).collect()
-                };
-                if let Some(bad) = list.iter().find(|c| !runner::ALL.contains(&c.as_str())) {
-                    eprintln!(
-                        "interop: unknown case {bad:?}; the cases: {}",
-                        runner::ALL.join(",")
-                    );
-                    return ExitCode::from(2);
+                match cases::Case::parse_list(&list) {
+                    Ok(list) => cases = Some(list),
+                    Err(e) => {
+                        eprintln!("interop: {e}");
+                        return ExitCode::from(2);
+                    }
                 }
-                cases = Some(list);
             }
             "-h" | "--help" => {
                 println!(
                     "usage: interop [--no-build] [--quick] [--cases all|CASE,...]\n  --quick: IPv4 and IPv6, batched with pacing only\n  --cases: the interop runner's cases instead of the matrix: {}",
-                    runner::ALL.join(",")
+                    cases::Case::names()
                 );
                 return ExitCode::SUCCESS;
             }
