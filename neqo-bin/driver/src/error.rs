@@ -24,6 +24,9 @@ pub enum ConfigError {
     /// An empty list of cipher suites.
     #[error("no cipher suite to {0}")]
     NoCipherSuite(&'static str),
+    /// A server given no certificate to serve.
+    #[error("no certificate to serve")]
+    NoIdentity,
     /// The key does not belong to the certificate, or rustls does not support it.
     #[error("certificate and key do not fit together")]
     KeyMismatch(#[source] rustls::Error),

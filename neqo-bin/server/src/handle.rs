@@ -46,7 +46,7 @@ impl ServerHandle {
                     };
                     let _ = ready_tx.send(Ok((
                         server.local_addrs(),
-                        server.certificate().to_vec(),
+                        server.certificate(),
                         server.ledger(),
                         server.metrics_addr(),
                     )));

@@ -76,7 +76,7 @@ pub use self::{
 use self::{cid::CidLayout, worker::Workers};
 use neqo_driver::{
     DriverConfig, TransportOptions,
-    tls::{self, Identity},
+    tls::{self, Certificates, Identity},
 };
 use neqo_protocols::{ALPN_HQ, ALPN_PERF, hq};
 
@@ -93,8 +93,9 @@ pub struct ServerConfig {
     pub listen: Vec<SocketAddr>,
     /// Files to serve (any path but `/N`, which is always generated; see [`hq`]).
     pub root: Option<PathBuf>,
-    /// Certificate and key; self-signed for localhost when `None`.
-    pub identity: Option<Identity>,
+    /// The certificates served, chosen by SNI, which a handle kept elsewhere can replace
+    /// while the server runs; a self-signed one for localhost when `None`.
+    pub certificates: Option<Certificates>,
     /// ALPNs offered.
     pub alpns: Vec<String>,
     /// Which connections are taken, retried or refused (see `admission`).
@@ -144,7 +145,7 @@ impl Default for ServerConfig {
         Self {
             listen: vec![SocketAddr::from(([0u16; 8], 4433))],
             root: None,
-            identity: None,
+            certificates: None,
             alpns: vec![ALPN_HQ.to_owned(), ALPN_PERF.to_owned()],
             limits: Limits::default(),
             keys: ServerKeys::random(),
@@ -193,12 +194,10 @@ fn listen_mtu_bound(listen: &[SocketAddr], max_mtu: Option<u16>) -> u16 {
         .unwrap_or(neqo_driver::DEFAULT_MTU_BOUND)
 }
 
-/// What every worker of a server of `config` starts from, and the certificate chain it serves:
+/// What every worker of a server of `config` starts from, and the certificates it serves:
 /// the checks a configuration must pass before anything binds (the root, the identity, the
 /// ALPNs, the worker count).
-fn prepare(
-    mut config: ServerConfig,
-) -> Result<(worker::Shared, Vec<CertificateDer<'static>>), ServerError> {
+fn prepare(mut config: ServerConfig) -> Result<(worker::Shared, Certificates), ServerError> {
     let root = match &config.root {
         Some(r) => Some(hq::canonical_root(r).map_err(|source| ServerError::Root {
             path: r.clone(),
@@ -206,9 +205,9 @@ fn prepare(
         })?),
         None => None,
     };
-    let identity = match config.identity.clone() {
-        Some(i) => i,
-        None => Identity::self_signed()?,
+    let certificates = match config.certificates.clone() {
+        Some(c) => c,
+        None => Certificates::new(&[Identity::self_signed()?])?,
     };
     if config.alpns.is_empty() {
         return Err(ServerError::NoAlpn);
@@ -219,7 +218,7 @@ fn prepare(
     if config.secrets == tls::Secrets::Logged && std::env::var_os("SSLKEYLOGFILE").is_none() {
         return Err(ServerError::KeylogUnset);
     }
-    let crypto = tls::server_crypto_with(&identity, &config.alpns, config.secrets)?;
+    let crypto = tls::server_crypto_with(&certificates, &config.alpns, config.secrets)?;
     let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
     config.transport.mtu_upper_bound = listen_mtu_bound(&config.listen, config.transport.max_mtu);
     if config.alpns.iter().any(|a| a == neqo_protocols::ALPN_H3) {
@@ -234,9 +233,13 @@ fn prepare(
     server_config.transport_config(Arc::new(shared.transport("server")?));
     server_config.token_key(config.keys.token.clone());
     let ledger = Arc::new(ledger::Ledger::default());
-    let board = config
-        .metrics
-        .map(|_| Arc::new(metrics::Board::new(config.workers, ledger.clone())));
+    let board = config.metrics.map(|_| {
+        Arc::new(metrics::Board::new(
+            config.workers,
+            ledger.clone(),
+            certificates.clone(),
+        ))
+    });
     let shared = worker::Shared {
         root: root.map(|r| Arc::new(crate::disk::Root::new(&r))),
         server_config: Arc::new(server_config),
@@ -245,7 +248,7 @@ fn prepare(
         config,
         board,
     };
-    Ok((shared, identity.chain))
+    Ok((shared, certificates))
 }
 
 /// A bound server, ready to [`run`](Self::run): its workers are running, each on its own
@@ -254,7 +257,7 @@ fn prepare(
 pub struct Server {
     workers: Workers,
     addrs: Vec<SocketAddr>,
-    certificate: Vec<CertificateDer<'static>>,
+    certificates: Certificates,
     /// Dropped after the workers: a scrape never finds them half gone.
     metrics: Option<metrics::MetricsServer>,
 }
@@ -269,7 +272,7 @@ impl Server {
     /// count that cannot work, [`Steering::Bpf`] where the steering program cannot be
     /// attached, a worker that failed to start.
     pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
-        let (shared, certificate) = prepare(config)?;
+        let (shared, certificates) = prepare(config)?;
         // Refused at start, before anything else binds, if it cannot listen.
         let metrics = match (shared.config.metrics, &shared.board) {
             (Some(addr), Some(board)) => Some(metrics::MetricsServer::start(addr, board.clone())?),
@@ -285,7 +288,7 @@ impl Server {
         Ok(Self {
             workers,
             addrs,
-            certificate,
+            certificates,
             metrics,
         })
     }
@@ -296,10 +299,10 @@ impl Server {
         self.addrs.clone()
     }
 
-    /// The certificate chain served.
+    /// The certificate chain served to a client whose name no certificate fits (the first).
     #[must_use]
-    pub fn certificate(&self) -> &[CertificateDer<'static>] {
-        &self.certificate
+    pub fn certificate(&self) -> Vec<CertificateDer<'static>> {
+        self.certificates.default_chain()
     }
 
     /// Where the metrics endpoint listens, with [`ServerConfig::metrics`].

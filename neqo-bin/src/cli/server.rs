@@ -2,12 +2,12 @@
 
 use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
-use anyhow::bail;
-use neqo_driver::tls::{self, Identity};
+use anyhow::{Context as _, bail};
+use neqo_driver::tls::{self, Certificates, Identity};
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 use neqo_server_core::{
     Budget, DRAIN_TIMEOUT, LayoutError, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, Server,
-    ServerConfig, ServerError, ServerId, ServerKeys, Steering,
+    ServerConfig, ServerError, ServerId, ServerKeys, ServerReport, Steering,
 };
 
 use clap::CommandFactory as _;
@@ -42,11 +42,14 @@ pub struct ServerArgs {
     #[arg(long, help_heading = LISTENING)]
     pub root: Option<PathBuf>,
     /// PEM certificate chain (with --tls-key); else a self-signed one for localhost.
+    /// Repeatable: each client gets the first whose certificate names the server it asked
+    /// for (SNI), else the first. SIGHUP reads the files again (and --config's settings of
+    /// them), keeping the old ones if any is refused.
     #[arg(long = "tls-cert", visible_alias = "cert", value_name = "PEM", requires = "key", help_heading = LISTENING)]
-    pub cert: Option<PathBuf>,
-    /// PEM private key of the certificate (with --tls-cert).
+    pub cert: Vec<PathBuf>,
+    /// PEM private key of the certificate given at the same place (with --tls-cert).
     #[arg(long = "tls-key", visible_alias = "key", value_name = "PEM", requires = "cert", help_heading = LISTENING)]
-    pub key: Option<PathBuf>,
+    pub key: Vec<PathBuf>,
     /// ALPN to offer (repeatable or comma-separated): hq-interop, perf, h3 (HTTP/3: GET and
     /// HEAD of files under --root and of /N; a POST is answered with its body's length).
     #[arg(long, value_delimiter = ',', default_values_t = [ALPN_HQ.to_owned(), ALPN_PERF.to_owned()], help_heading = LISTENING)]
@@ -266,7 +269,8 @@ impl ServerArgs {
 /// Runs `neqo-server` until SIGINT or SIGTERM.
 #[must_use]
 pub fn server_main(args: ServerArgs) -> ExitCode {
-    finish(serve(args).map_err(|e| format!("{e:#}")))
+    let again = args.clone();
+    finish(serve(args, Box::new(move || Ok(again.clone()))).map_err(|e| format!("{e:#}")))
 }
 
 /// `neqo-server`'s `main`: its settings from the flags, the environment (`NEQO_SERVER_*`) and
@@ -280,11 +284,64 @@ pub fn server_from_env() -> ExitCode {
         Err(layers::LayerError::File(e)) => return finish(Err(format!("{e:#}"))),
     };
     init_logging_verbose(parsed.args.verbose, "warn");
-    finish(serve(parsed.args.clone()).map_err(|e| parsed.locate(format!("{e:#}"))))
+    // The settings as at start: the same flags and variables, the file read again.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let reread: Reread = Box::new(
+        move || match layers::parse::<ServerArgs>(&cmd, argv.clone()) {
+            Ok(parsed) => Ok(parsed.args),
+            Err(layers::LayerError::Clap(e)) => Err(anyhow::anyhow!("{}", e.render())),
+            Err(layers::LayerError::File(e)) => Err(e),
+        },
+    );
+    finish(serve(parsed.args.clone(), reread).map_err(|e| parsed.locate(format!("{e:#}"))))
 }
 
 /// The prefix of the variables that set `neqo-server`'s flags.
 pub const ENV_PREFIX: &str = "NEQO_SERVER_";
+
+/// Runs `run`, replacing the certificates on each SIGHUP with those of the settings read
+/// again (Unix; elsewhere there is no SIGHUP), and saying on stderr what it did: a refused
+/// reload leaves the certificates served as they were.
+async fn reloading(
+    run: impl Future<Output = Result<ServerReport, ServerError>>,
+    certificates: &Certificates,
+    reread: &Reread,
+) -> Result<ServerReport, ServerError> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangup = signal(SignalKind::hangup()).map_err(|source| ServerError::Io {
+            what: "the SIGHUP handler",
+            source,
+        })?;
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                report = &mut run => return report,
+                Some(()) = hangup.recv() => {
+                    let reloaded = certificates.reload(|| {
+                        let ids = identities(&reread()?)?;
+                        if ids.is_empty() {
+                            bail!("no --tls-cert to serve (the self-signed one is not made again)");
+                        }
+                        Ok(ids)
+                    });
+                    match reloaded {
+                        Ok(n) => eprintln!("neqo-server: SIGHUP: serving {n} certificate(s) read again"),
+                        Err(e) => eprintln!(
+                            "neqo-server: SIGHUP: certificates not reloaded, still serving the old: {e:#}"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (certificates, reread);
+        run.await
+    }
+}
 
 fn finish(result: Result<(), String>) -> ExitCode {
     match result {
@@ -331,17 +388,48 @@ fn flagged(e: ServerError) -> anyhow::Error {
     }
 }
 
-fn serve(args: ServerArgs) -> anyhow::Result<()> {
+/// The certificates and keys `--tls-cert` and `--tls-key` name, read and each key checked
+/// against its certificate; none without them.
+fn identities(args: &ServerArgs) -> anyhow::Result<Vec<Identity>> {
+    if args.cert.len() != args.key.len() {
+        bail!(
+            "--tls-cert given {} times, --tls-key {}: each certificate needs its key",
+            args.cert.len(),
+            args.key.len()
+        );
+    }
+    args.cert
+        .iter()
+        .zip(&args.key)
+        .map(|(c, k)| {
+            let at = || format!("--tls-cert {} --tls-key {}", c.display(), k.display());
+            let identity = Identity::from_pem_files(c, k).with_context(at)?;
+            Certificates::new(std::slice::from_ref(&identity)).with_context(at)?;
+            Ok(identity)
+        })
+        .collect()
+}
+
+/// Where SIGHUP gets the certificates from: the settings read again, as at start.
+type Reread = Box<dyn Fn() -> anyhow::Result<ServerArgs>>;
+
+fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
     args.validate()?;
-    let identity = match (&args.cert, &args.key) {
-        (Some(c), Some(k)) => Some(Identity::from_pem_files(c, k)?),
-        _ => None,
+    let identities = identities(&args)?;
+    let certificates = if identities.is_empty() {
+        eprintln!(
+            "neqo-server: warning: serving a self-signed certificate for localhost, which \
+             clients must be told to trust; --tls-cert and --tls-key give one they trust"
+        );
+        Certificates::new(&[Identity::self_signed()?])?
+    } else {
+        Certificates::new(&identities)?
     };
     let interval = args.stats_interval()?;
     let config = ServerConfig {
         listen: args.listen.clone(),
         root: args.root.clone(),
-        identity,
+        certificates: Some(certificates.clone()),
         alpns: args.alpns(),
         limits: args.limits()?,
         budget: args.budget(),
@@ -380,7 +468,10 @@ fn serve(args: ServerArgs) -> anyhow::Result<()> {
             .collect();
         println!("neqo-server listening on {}", addrs.join(", "));
         let _ = std::io::stdout().flush();
-        server.run(shutdown_signal()?).await.map_err(flagged)
+        let run = server.run(shutdown_signal()?);
+        reloading(run, &certificates, &reread)
+            .await
+            .map_err(flagged)
     })?;
     if args.io.stats {
         eprintln!("neqo-server exit stats: {}", report.summary());

@@ -11,7 +11,7 @@ use rustls::{client::danger::ServerCertVerifier, pki_types::CertificateDer};
 
 use super::counters::{CountingServer, CountingStore};
 use super::{
-    CipherSuite, Identity,
+    Certificates, CipherSuite, Identity,
     suites::provider_with,
     verify::{CountingVerifier, NoVerify},
 };
@@ -33,11 +33,11 @@ fn key_log() -> Option<Arc<dyn rustls::KeyLog>> {
         .map(|_| Arc::new(rustls::KeyLogFile::new()) as Arc<dyn rustls::KeyLog>)
 }
 
-/// A TLS 1.3 server config offering `alpns` and accepting `suites`, with the certificate
-/// and key of `identity`, writing its secrets as `secrets` says: what the QUIC server and a
-/// TLS-over-TCP server share.
+/// A TLS 1.3 server config offering `alpns` and accepting `suites`, serving `certs`,
+/// writing its secrets as `secrets` says: what the QUIC server and a TLS-over-TCP server
+/// share.
 fn server_tls(
-    identity: &Identity,
+    certs: &Certificates,
     alpns: &[String],
     suites: &[CipherSuite],
     secrets: Secrets,
@@ -49,8 +49,7 @@ fn server_tls(
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| ConfigError::Tls("TLS 1.3 with the chosen suites", e))?
         .with_no_client_auth()
-        .with_single_cert(identity.chain.clone(), identity.key.clone_key())
-        .map_err(ConfigError::KeyMismatch)?;
+        .with_cert_resolver(Arc::new(certs.clone()));
     tls.alpn_protocols = alpns.iter().map(|a| a.as_bytes().to_vec()).collect();
     if secrets == Secrets::Logged
         && let Some(k) = key_log()
@@ -68,19 +67,24 @@ pub fn server_crypto(
     identity: &Identity,
     alpns: &[String],
 ) -> Result<Arc<dyn quinn_proto::crypto::ServerConfig>, ConfigError> {
-    server_crypto_with(identity, alpns, Secrets::Kept)
+    server_crypto_with(
+        &Certificates::new(std::slice::from_ref(identity))?,
+        alpns,
+        Secrets::Kept,
+    )
 }
 
-/// A QUIC server crypto config offering `alpns`, writing its secrets as `secrets` says.
+/// A QUIC server crypto config offering `alpns` and serving `certs` (which may be replaced
+/// while it serves), writing its secrets as `secrets` says.
 ///
 /// # Errors
-/// A key that does not match the certificate or is unsupported.
+/// No cipher suite for QUIC's Initial packets.
 pub fn server_crypto_with(
-    identity: &Identity,
+    certs: &Certificates,
     alpns: &[String],
     secrets: Secrets,
 ) -> Result<Arc<dyn quinn_proto::crypto::ServerConfig>, ConfigError> {
-    let mut tls = server_tls(identity, alpns, &CipherSuite::ALL, secrets)?;
+    let mut tls = server_tls(certs, alpns, &CipherSuite::ALL, secrets)?;
     tls.max_early_data_size = u32::MAX;
     // Counted, so that the report says how many clients resumed.
     tls.session_storage = Arc::new(CountingStore(tls.session_storage.clone()));
@@ -98,7 +102,8 @@ pub fn stream_server_config(
     identity: &Identity,
     suites: &[CipherSuite],
 ) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
-    Ok(Arc::new(server_tls(identity, &[], suites, Secrets::Kept)?))
+    let certs = Certificates::new(std::slice::from_ref(identity))?;
+    Ok(Arc::new(server_tls(&certs, &[], suites, Secrets::Kept)?))
 }
 
 /// Whom the client trusts.

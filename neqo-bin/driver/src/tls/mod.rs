@@ -2,18 +2,22 @@
 //! measures the same TLS): provider, protocol version, cipher suites, certificates, key
 //! logging, and counters of what the handshakes did.
 //!
-//! - `identity`: the server's certificate and key ([`Identity`]), certificates from PEM.
+//! - `identity`: a certificate and its key ([`Identity`]), certificates from PEM.
+//! - `certificates`: what a server serves ([`Certificates`]): several, chosen by SNI, and
+//!   replaceable while it runs.
 //! - `suites`: the TLS 1.3 [`CipherSuite`]s and their order.
 //! - `configs`: the configs, QUIC and TLS over TCP, server and client ([`Trust`]).
 //! - `verify`: the client's certificate verifiers (counting, insecure).
 //! - [`counters`]: what the handshakes did, process-wide.
 
+mod certificates;
 mod configs;
 pub mod counters;
 mod identity;
 mod suites;
 mod verify;
 
+pub use certificates::{Certificates, Replacements};
 pub use configs::{
     Secrets, Trust, client_crypto, client_crypto_with, server_crypto, server_crypto_with,
     stream_client_config, stream_server_config,

@@ -26,6 +26,7 @@ use std::{
 };
 
 pub(super) use endpoint::MetricsServer;
+use neqo_driver::tls::Certificates;
 use prometheus_client::{
     encoding::{EncodeMetric, MetricEncoder, NoLabelSet},
     metrics::{MetricType, TypedMetric, counter::Counter, gauge::Gauge},
@@ -42,13 +43,15 @@ pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 pub(super) struct Board {
     workers: Vec<Mutex<Option<ServerReport>>>,
     ledger: Arc<Ledger>,
+    certificates: Certificates,
 }
 
 impl Board {
-    pub(super) fn new(workers: usize, ledger: Arc<Ledger>) -> Self {
+    pub(super) fn new(workers: usize, ledger: Arc<Ledger>, certificates: Certificates) -> Self {
         Self {
             workers: (0..workers).map(|_| Mutex::new(None)).collect(),
             ledger,
+            certificates,
         }
     }
 
@@ -87,6 +90,22 @@ impl Board {
             "The most handshakes in progress at once",
             gauge(self.ledger.peak_half_open() as u64),
         );
+        registry.register(
+            "tls_certificates",
+            "Certificates served, chosen by SNI",
+            gauge(self.certificates.len() as u64),
+        );
+        let replaced = self.certificates.replacements();
+        let reloads = registry.sub_registry_with_prefix("tls_certificate");
+        for (result, v) in [("done", replaced.done), ("refused", replaced.refused)] {
+            reloads
+                .sub_registry_with_label(("result".into(), result.into()))
+                .register(
+                    "replacements",
+                    "Replacements of the certificates (a reload); refused ones left them as they were",
+                    counter(v),
+                );
+        }
         let reports: Vec<Option<ServerReport>> = self
             .workers
             .iter()
@@ -359,4 +378,10 @@ fn per_syscall(d: &neqo_udp::DirectionStats) -> Buckets {
         count: d.syscalls,
         buckets,
     }
+}
+
+/// A board's certificates in the tests: one self-signed.
+#[cfg(test)]
+pub(crate) fn test_certificates() -> Certificates {
+    Certificates::new(&[neqo_driver::tls::Identity::self_signed().unwrap()]).unwrap()
 }

@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeSet, fmt::Write as _, sync::Arc};
 
-use super::{Board, ServerReport};
+use super::{Board, ServerReport, test_certificates};
 
 const DOC: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -77,7 +77,7 @@ fn families(exposition: &str) -> Vec<Family> {
 
 /// The reference as a markdown table.
 fn reference() -> String {
-    let board = Board::new(1, Arc::default());
+    let board = Board::new(1, Arc::default(), test_certificates());
     board.publish(0, ServerReport::default());
     let mut out =
         String::from("| metric | type | unit | labels | meaning |\n|---|---|---|---|---|\n");

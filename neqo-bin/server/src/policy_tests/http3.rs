@@ -205,7 +205,7 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
         )),
         "{summary}"
     );
-    let board = crate::metrics::Board::new(1, Arc::default());
+    let board = crate::metrics::Board::new(1, Arc::default(), crate::metrics::test_certificates());
     board.publish(0, report.clone());
     let text = board.render();
     for line in [
