@@ -289,7 +289,11 @@ fn untrusted_certificate_and_wrong_alpn_fail() {
 #[cfg(unix)]
 #[test]
 fn refused_path_fails_the_client_and_the_server_goes_on() {
-    let server = start_server(&["--root", std::env::temp_dir().to_str().unwrap()]);
+    let server = start_server(&[
+        "--root",
+        std::env::temp_dir().to_str().unwrap(),
+        "--generate",
+    ]);
     let out = client(&[&url(&server, "//etc/passwd"), "--insecure"]);
     assert!(!out.success());
     assert!(out.stderr.contains("reset"), "{}", out.stderr);
@@ -319,7 +323,7 @@ fn root_files_reach_the_output_dir_byte_exact() {
         .collect();
     std::fs::write(root.join("sub/big.bin"), &big).unwrap();
     std::fs::write(root.join("300"), b"not the body of /300").unwrap();
-    let server = start_server(&["--root", root.to_str().unwrap()]);
+    let server = start_server(&["--root", root.to_str().unwrap(), "--generate"]);
     let output = client(&[
         &url(&server, "/sub/big.bin"),
         &url(&server, "/300"),

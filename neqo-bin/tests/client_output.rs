@@ -28,7 +28,13 @@ fn scratch(name: &str) -> PathBuf {
 /// A server on `root`, killed when dropped.
 fn server(root: &Path) -> Server {
     Server::start(
-        Command::new(SERVER).args(["--listen", "127.0.0.1:0", "--root", root.to_str().unwrap()]),
+        Command::new(SERVER).args([
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            root.to_str().unwrap(),
+            "--generate",
+        ]),
         LIMIT,
     )
     .unwrap_or_else(|e| panic!("server did not start: {e}"))

@@ -67,8 +67,8 @@ fn fetch(server: &Server, path: &str, args: &[&str], env: &[(&str, &str)]) -> Me
     run(&mut c, LIMIT).unwrap()
 }
 
-/// A server set up by its file alone serves what the file says: its root, byte-exact, and
-/// the ALPNs it lists (here only `hq-interop`, so `perf` is refused).
+/// A server set up by its file alone serves what the file says: its root, byte-exact (and no
+/// generated body), and the ALPNs it lists (here only `hq-interop`, so `perf` is refused).
 #[cfg(unix)]
 #[test]
 fn a_server_runs_from_its_config_file() {
@@ -95,6 +95,13 @@ fn a_server_runs_from_its_config_file() {
     );
     assert!(out.success(), "{}", out.stderr);
     assert_eq!(std::fs::read(&out_file).unwrap(), body);
+    // A file server generates no `/N` body without `generate = true`.
+    let out = fetch(&s, "/1000", &["--insecure"], &[]);
+    assert!(
+        !out.success() && out.stderr.contains("refused"),
+        "{}",
+        out.stderr
+    );
     let out = fetch(&s, "/", &["--insecure", "--alpn", "perf"], &[]);
     assert!(!out.success(), "perf was not offered: {}", out.stderr);
     let stopped = s.stop().unwrap();

@@ -133,6 +133,38 @@ fn symbolic_links_out_of_the_root_are_refused_and_serving_goes_on() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// With generated bodies off, `/N` is refused like a missing file, and files are served as
+/// before on the same connection; with them on (the library's default), `/N` comes back.
+#[test]
+fn generated_bodies_off_refuse_n_and_files_go_on() {
+    let (base, root) = scratch("generate-off");
+    let out = base.join("out");
+    std::fs::write(root.join("hello.txt"), b"hello, world\n").unwrap();
+    let s = ServerHandle::start(ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        root: Some(root.clone()),
+        generate: false,
+        ..ServerConfig::default()
+    })
+    .expect("server starts");
+    let c = client_for(&s, &["/1000", "/hello.txt", "/0"], &out);
+    let r = with_deadline("generate off", move || client::run_report(c)).unwrap();
+    assert_eq!((r.requests, r.failed_requests), (1, 2), "{:?}", r.errors);
+    for (e, path) in r.errors.iter().zip(["/1000", "/0"]) {
+        assert!(e.starts_with(path) && e.contains("refused"), "{e}");
+    }
+    assert_eq!(
+        std::fs::read(out.join("hello.txt")).unwrap(),
+        b"hello, world\n"
+    );
+    let sr = s.stop().unwrap();
+    assert_eq!(
+        (sr.requests, sr.refused_requests, sr.bytes_sent),
+        (1, 2, 13)
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Output writes that fail — a directory where the file should go, a full disk — fail their
 /// request with a message and stop reading it; the other requests of the connection complete.
 #[test]

@@ -33,6 +33,7 @@ fn server(root: &Path) -> Server {
                 "127.0.0.1:0",
                 "--alpn",
                 "h3,hq-interop",
+                "--generate",
                 "--root",
             ])
             .arg(root),

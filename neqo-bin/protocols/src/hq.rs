@@ -5,9 +5,10 @@
 //!
 //! - A request is at most [`MAX_REQUEST`] bytes of UTF-8 whose first line is `GET`, blanks, and
 //!   a path starting with `/` (a trailing CR, further words and further lines are ignored).
-//! - A path of digits only, `/N`, **always** asks for N bytes of the generated body
+//! - A path of digits only, `/N`, asks for N bytes of the generated body
 //!   ([`crate::pattern`]), never for a file, whatever the root holds: a client can therefore
-//!   always verify a `/N` body, and the answer does not depend on the server's disk.
+//!   always verify a `/N` body, and the answer does not depend on the server's disk. (A
+//!   server may refuse to generate; it never serves a file named N instead.)
 //! - Every other path names a regular file under the server's root ([`open`]), or is refused.
 //!   It is taken as written (no percent-decoding) and must be a sequence of `/`-separated
 //!   plain names: no empty name (so no `//`, no trailing `/`, no bare `/`), no `.` or `..`, no

@@ -91,8 +91,12 @@ pub const BAD_REQUEST: VarInt = VarInt::from_u32(hq::BAD_REQUEST as u32);
 pub struct ServerConfig {
     /// Addresses to bind, one socket each.
     pub listen: Vec<SocketAddr>,
-    /// Files to serve (any path but `/N`, which is always generated; see [`hq`]).
+    /// Files to serve (any path but `/N`; see [`hq`]).
     pub root: Option<PathBuf>,
+    /// Answer `/N` (digits only) with N generated pattern bytes, as benchmarks ask; off, `/N`
+    /// is not found. A file server that does not want to hand out any size of body to anyone
+    /// turns it off.
+    pub generate: bool,
     /// The certificates served, chosen by SNI, which a handle kept elsewhere can replace
     /// while the server runs; a self-signed one for localhost when `None`.
     pub certificates: Option<Certificates>,
@@ -145,6 +149,7 @@ impl Default for ServerConfig {
         Self {
             listen: vec![SocketAddr::from(([0u16; 8], 4433))],
             root: None,
+            generate: true,
             certificates: None,
             alpns: vec![ALPN_HQ.to_owned(), ALPN_PERF.to_owned()],
             limits: Limits::default(),

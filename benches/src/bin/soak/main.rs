@@ -221,6 +221,7 @@ mod linux {
                 .arg(a.out.join("server.key"))
                 .arg("--root")
                 .arg(&www)
+                .arg("--generate")
                 .args(["--metrics", &metrics.to_string(), "--json"])
                 .arg(a.out.join("server.json")),
             Duration::from_secs(30),

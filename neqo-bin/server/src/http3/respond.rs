@@ -80,8 +80,8 @@ pub(super) enum Plan {
     Upload,
 }
 
-/// How to answer `head`, under `root` if any.
-pub(super) fn plan(head: &Head, root: Option<&Root>) -> Plan {
+/// How to answer `head`, under `root` if any, `/N` generated if `generate` (else not found).
+pub(super) fn plan(head: &Head, root: Option<&Root>, generate: bool) -> Plan {
     let is_head = match head.method {
         Method::Get => false,
         Method::Head => true,
@@ -90,7 +90,8 @@ pub(super) fn plan(head: &Head, root: Option<&Root>) -> Plan {
     };
     match hq::target(&head.path) {
         Err(_) => Plan::Status(400),
-        Ok(Target::Generated(len)) => Plan::Generated { len, head: is_head },
+        Ok(Target::Generated(len)) if generate => Plan::Generated { len, head: is_head },
+        Ok(Target::Generated(_)) => Plan::Status(404),
         Ok(Target::File(path)) => {
             let Some(root) = root else {
                 return Plan::Status(404);

@@ -29,6 +29,7 @@ use crate::disk::Root;
 pub(super) struct Shared<'a> {
     pub(super) ch: ConnectionHandle,
     pub(super) root: Option<&'a Arc<Root>>,
+    pub(super) generate: bool,
     pub(super) files: &'a Jobs<FileDone>,
     pub(super) counters: &'a mut Http3Counters,
     pub(super) next_token: &'a mut u64,
@@ -266,7 +267,7 @@ impl Session {
         let plan = if too_large {
             Plan::Status(431)
         } else if let Some(h) = req.incoming.head.as_ref().filter(|_| head || fin) {
-            match respond::plan(h, shared.root.map(Arc::as_ref)) {
+            match respond::plan(h, shared.root.map(Arc::as_ref), shared.generate) {
                 Plan::Upload if !fin => return Ok(()),
                 plan => plan,
             }

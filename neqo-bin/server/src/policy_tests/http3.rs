@@ -24,7 +24,10 @@ struct Root(PathBuf);
 
 impl Root {
     fn new(files: &[(&str, &[u8])]) -> Self {
-        let dir = std::env::temp_dir().join(format!("neqo-h3-root-{}", std::process::id()));
+        // One directory per root: the tests run in parallel.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("neqo-h3-root-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         for (name, body) in files {
@@ -217,6 +220,41 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
+}
+
+/// With generated bodies off, `/N` is not found (GET and HEAD alike) and the root's files are
+/// served as before.
+#[test]
+fn generated_bodies_off_are_not_found_over_http3() {
+    let page = b"<!doctype html><title>t</title>".to_vec();
+    let root = Root::new(&[("index.html", &page)]);
+    let config = ServerConfig {
+        listen: vec![SERVER],
+        root: Some(root.0.clone()),
+        generate: false,
+        alpns: vec![ALPN_H3.into()],
+        ..ServerConfig::default()
+    };
+    let c = Client::new(
+        SERVER,
+        testing::config(),
+        &[("GET", "/100000"), ("HEAD", "/5"), ("GET", "/index.html")],
+    );
+    let (report, c) = exchange(config, c);
+    let mut answers: Vec<Got> = c.answers().into_iter().map(|g| g.unwrap()).collect();
+    answers.sort_by_key(|g| (g.path.clone(), g.method.clone()));
+    assert_eq!(
+        answers,
+        vec![
+            Got::status("GET", "/100000", 404),
+            Got::status("HEAD", "/5", 404),
+            Got::ok("GET", "/index.html", page, Some("text/html; charset=utf-8")),
+        ]
+    );
+    assert_eq!(
+        (report.http3.responses, report.http3.error_statuses),
+        (1, 2)
+    );
 }
 
 /// Requests the client cancels once their headers arrive, 250 on one connection for each way
