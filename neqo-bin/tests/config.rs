@@ -109,6 +109,67 @@ fn a_server_runs_from_its_config_file() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// The example configuration in deploy/ names only real settings with values of their
+/// kinds: a server starts from it once the flags move what needs the host (port 443, the
+/// certificate files, the state and web directories) to this test's own.
+#[cfg(unix)]
+#[test]
+fn the_deploy_example_configuration_is_valid() {
+    let d = dir("deploy");
+    let root = d.join("www");
+    std::fs::create_dir(&root).unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert = write(&d.join("cert.pem"), &ck.cert.pem());
+    let key = write(&d.join("key.pem"), &ck.signing_key.serialize_pem());
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/server.toml");
+    let text = std::fs::read_to_string(example).unwrap();
+    for key in [
+        "listen",
+        "root",
+        "alpn",
+        "tls-cert",
+        "tls-key",
+        "secret-file",
+        "metrics",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{key} = "))),
+            "{key} in the example"
+        );
+    }
+    let s = start(&mut server(
+        &[
+            "--config",
+            example,
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            root.to_str().unwrap(),
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--secret-file",
+            d.join("secret").to_str().unwrap(),
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+        &[],
+    ));
+    s.stop().unwrap();
+    // A key the file names wrongly would have been refused before the flags were looked at.
+    let bad = write(
+        &d.join("bad.toml"),
+        &text.replace("secret-file", "secret-fille"),
+    );
+    let e = refused(&mut server(
+        &["--config", &bad, "--listen", "127.0.0.1:0"],
+        &[],
+    ));
+    assert!(e.contains("unknown key `secret-fille`"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// Flags over variables over the file: a bad worker count in a weaker place is never read
 /// when a stronger one gives a good count, and is refused, named by where it came from, when
 /// nothing overrides it.
