@@ -58,8 +58,16 @@ impl ServerApp {
                 &config.listen,
             ),
             config,
-            requests: Requests::new(root.clone(), shared.config.generate),
-            http3: Http3::new(root, shared.config.generate),
+            requests: Requests::new(
+                root.clone(),
+                shared.config.generate,
+                shared.config.access_log.clone(),
+            ),
+            http3: Http3::new(
+                root,
+                shared.config.generate,
+                shared.config.access_log.clone(),
+            ),
             report: ServerReport::default(),
             next_stats: now,
             started: now,
@@ -136,7 +144,7 @@ impl Application for ServerApp {
         // Its window is the small one every connection is told (0-RTT requires that the
         // next connection is told no less) until its handshake completes: `confirmed`.
         self.windows.accepted(ch);
-        self.requests.accepted(ch);
+        self.requests.accepted(ch, conn);
     }
 
     fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {

@@ -13,6 +13,7 @@
 //! - [`ServerError`]: why a server did not start or stopped; [`ServerReport`]: what it did.
 
 // The modules, for those who work on them:
+// access_log: a line per request, written off the workers' threads.
 // admission: which new connections are taken, retried or refused; half-open ones.
 // app: the driver's Application: admission, receive windows, handshakes given up, stats.
 // budget: the receive windows, sized so that all together stay within a budget.
@@ -34,6 +35,7 @@
 // served_thread: the thread each worker (and the dispatcher) runs on.
 // steering: how datagrams reach the workers, and the listen sockets bound for it.
 // worker: the workers, each a driver with its own sockets, and the running set of them.
+mod access_log;
 mod admission;
 mod app;
 mod budget;
@@ -63,6 +65,7 @@ use quinn_proto::VarInt;
 use rustls::pki_types::CertificateDer;
 
 pub use self::{
+    access_log::{AccessLog, AccessLogFormat, Outcome, Record},
     admission::{AdmissionCounters, Limits, RetryPolicy},
     budget::{Budget, DEFAULT_BUDGET, MAX_WINDOW, MIN_WINDOW},
     cid::{MAX_SERVER_ID, MAX_WORKERS, ServerId, quic_lb_server_id},
@@ -97,6 +100,8 @@ pub struct ServerConfig {
     /// is not found. A file server that does not want to hand out any size of body to anyone
     /// turns it off.
     pub generate: bool,
+    /// Where a line per request goes, if anywhere.
+    pub access_log: Option<AccessLog>,
     /// The certificates served, chosen by SNI, which a handle kept elsewhere can replace
     /// while the server runs; a self-signed one for localhost when `None`.
     pub certificates: Option<Certificates>,
@@ -150,6 +155,7 @@ impl Default for ServerConfig {
             listen: vec![SocketAddr::from(([0u16; 8], 4433))],
             root: None,
             generate: true,
+            access_log: None,
             certificates: None,
             alpns: vec![ALPN_HQ.to_owned(), ALPN_PERF.to_owned()],
             limits: Limits::default(),
@@ -243,6 +249,7 @@ fn prepare(mut config: ServerConfig) -> Result<(worker::Shared, Certificates), S
             config.workers,
             ledger.clone(),
             certificates.clone(),
+            config.access_log.clone(),
         ))
     });
     let shared = worker::Shared {

@@ -1,13 +1,19 @@
 //! `neqo-server`'s command line.
 
-use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    io::Write as _,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
 
 use anyhow::{Context as _, bail};
 use neqo_driver::tls::{self, Certificates, Identity};
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 use neqo_server_core::{
-    Budget, DRAIN_TIMEOUT, LayoutError, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, Server,
-    ServerConfig, ServerError, ServerId, ServerKeys, ServerReport, Steering,
+    AccessLog, AccessLogFormat, Budget, DRAIN_TIMEOUT, LayoutError, Limits, MAX_DRAIN_TIMEOUT,
+    MAX_WORKERS, Server, ServerConfig, ServerError, ServerId, ServerKeys, ServerReport, Steering,
 };
 
 use clap::CommandFactory as _;
@@ -125,12 +131,58 @@ pub struct ServerArgs {
     /// address, e.g. 127.0.0.1:9464; each worker's at most a second old.
     #[arg(long, help_heading = OBSERVABILITY)]
     pub metrics: Option<SocketAddr>,
+    /// Write a line per request to FILE (appended to; `-`: standard output): time, client,
+    /// method, path and ALPN, status (HTTP/3), body bytes, seconds, and how it ended. Off by
+    /// default.
+    #[arg(long, value_name = "FILE|-", help_heading = OBSERVABILITY)]
+    pub access_log: Option<PathBuf>,
+    /// The access log's lines: `common` (like the common log format) or `json` (an object
+    /// per line).
+    #[arg(long, value_enum, default_value_t = AccessLogFormatArg::Common, requires = "access_log", help_heading = OBSERVABILITY)]
+    pub access_log_format: AccessLogFormatArg,
     /// Write the TLS secrets to the file SSLKEYLOGFILE names, for a packet capture to be
     /// decrypted (Wireshark); without this flag the variable is ignored.
     #[arg(long, help_heading = OBSERVABILITY)]
     pub keylog: bool,
     #[command(flatten)]
     pub io: IoArgs,
+}
+
+/// `--access-log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AccessLogFormatArg {
+    /// Like the common log format.
+    Common,
+    /// A JSON object per line.
+    Json,
+}
+
+impl From<AccessLogFormatArg> for AccessLogFormat {
+    fn from(f: AccessLogFormatArg) -> Self {
+        match f {
+            AccessLogFormatArg::Common => Self::Common,
+            AccessLogFormatArg::Json => Self::Json,
+        }
+    }
+}
+
+/// Opens `--access-log`: appended to, made readable by its owner and group only; `-` is
+/// standard output.
+fn access_log(path: &Path, format: AccessLogFormatArg) -> anyhow::Result<AccessLog> {
+    let out: Box<dyn std::io::Write + Send> = if path == Path::new("-") {
+        Box::new(std::io::stdout())
+    } else {
+        let mut options = std::fs::OpenOptions::new();
+        options.append(true).create(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o640);
+        Box::new(
+            options
+                .open(path)
+                .with_context(|| format!("--access-log {}: cannot open it", path.display()))?,
+        )
+    };
+    AccessLog::start(out, format.into()).context("--access-log: no thread for the writer")
 }
 
 /// The default `--stats-interval`, in seconds.
@@ -428,10 +480,16 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         Certificates::new(&identities)?
     };
     let interval = args.stats_interval()?;
+    let log = args
+        .access_log
+        .as_deref()
+        .map(|p| access_log(p, args.access_log_format))
+        .transpose()?;
     let config = ServerConfig {
         listen: args.listen.clone(),
         root: args.root.clone(),
         generate: args.root.is_none() || args.generate,
+        access_log: log.clone(),
         certificates: Some(certificates.clone()),
         alpns: args.alpns(),
         limits: args.limits()?,
@@ -482,6 +540,16 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
             .await
             .map_err(flagged)
     })?;
+    if let Some(log) = &log {
+        log.close().context("--access-log: writing")?;
+        if log.dropped() > 0 {
+            eprintln!(
+                "neqo-server: the access log dropped {} of {} lines (its writer was behind)",
+                log.dropped(),
+                log.dropped() + log.written()
+            );
+        }
+    }
     if args.io.stats {
         eprintln!("neqo-server exit stats: {}", report.summary());
     }

@@ -222,6 +222,10 @@ mod linux {
                 .arg("--root")
                 .arg(&www)
                 .arg("--generate")
+                // Every request logged, as a production server would: the log's writer under
+                // the soak's load, and its lines checked at the end.
+                .arg("--access-log")
+                .arg(a.out.join("access.log"))
                 .args(["--metrics", &metrics.to_string(), "--json"])
                 .arg(a.out.join("server.json")),
             Duration::from_secs(30),
@@ -457,6 +461,20 @@ mod linux {
         if !clean_exit {
             let _ = writeln!(out, "the server did not exit cleanly: {}", stopped.ending());
         }
+        // The access log kept up: a line for every request, none dropped by a writer behind.
+        let log = std::fs::read_to_string(a.out.join("access.log")).unwrap_or_default();
+        let answered = log.lines().filter(|l| l.ends_with(" answered")).count();
+        let log_kept_up = !stopped.stderr.contains("the access log dropped");
+        let _ = writeln!(
+            out,
+            "access log: {} lines, {answered} answered{}",
+            log.lines().count(),
+            if log_kept_up {
+                String::new()
+            } else {
+                format!(", LINES DROPPED: {}", stopped.ending())
+            }
+        );
 
         let csv: String = std::iter::once(Sample::CSV_HEADER.to_owned())
             .chain(samples.iter().map(Sample::csv))
@@ -473,7 +491,11 @@ mod linux {
         }
         std::fs::write(a.out.join("report.txt"), &out)?;
         print!("{out}");
-        let pass = unexplained.is_empty() && hung == 0 && drained_after.is_some() && clean_exit;
+        let pass = unexplained.is_empty()
+            && hung == 0
+            && drained_after.is_some()
+            && clean_exit
+            && log_kept_up;
         println!("verdict: {}", if pass { "pass" } else { "FAIL" });
         Ok(pass)
     }

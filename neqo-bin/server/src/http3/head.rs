@@ -17,6 +17,18 @@ pub(super) enum Method {
     Other,
 }
 
+impl Method {
+    /// As the access log spells it.
+    pub(super) const fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Head => "HEAD",
+            Self::Post => "POST",
+            Self::Other => "OTHER",
+        }
+    }
+}
+
 /// A request's head: what the server acts on.
 #[derive(Debug)]
 pub(super) struct Head {

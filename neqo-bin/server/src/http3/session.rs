@@ -7,7 +7,11 @@
 //! request body the response does not need is then refused with `STOP_SENDING`
 //! (`H3_NO_ERROR`, RFC 9114 section 4.1).
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Instant, SystemTime},
+};
 
 use bytes::Bytes;
 use neqo_driver::{IdMap, Jobs};
@@ -23,13 +27,17 @@ use super::{
     request::{Arrived, Incoming},
     respond::{self, Content, FileDone, GENERATED, Got, Plan, Response, sending},
 };
-use crate::disk::Root;
+use crate::{
+    access_log::{AccessLog, Outcome, Record},
+    disk::Root,
+};
 
 /// What a worker's connections share.
 pub(super) struct Shared<'a> {
     pub(super) ch: ConnectionHandle,
     pub(super) root: Option<&'a Arc<Root>>,
     pub(super) generate: bool,
+    pub(super) log: Option<&'a AccessLog>,
     pub(super) files: &'a Jobs<FileDone>,
     pub(super) counters: &'a mut Http3Counters,
     pub(super) next_token: &'a mut u64,
@@ -54,6 +62,9 @@ struct Request {
     token: u64,
     incoming: Incoming,
     response: Response,
+    /// When its stream opened, and the status it is answered with: for the access log.
+    started: Instant,
+    status: Option<u16>,
 }
 
 /// One connection's HTTP/3 state.
@@ -69,6 +80,8 @@ pub(super) struct Session {
     goaway: Option<u64>,
     /// Once a violation closed the connection: events are ignored.
     closed: bool,
+    /// The client's address when last seen, for the access log.
+    address: Option<SocketAddr>,
     #[cfg(test)]
     peak_held: usize,
 }
@@ -76,6 +89,7 @@ pub(super) struct Session {
 impl Session {
     /// Opens the server's control stream.
     pub(super) fn start(&mut self, conn: &mut Connection, now: Instant) {
+        self.address = Some(conn.remote_address());
         let r = self.control.start(conn);
         self.settle(conn, r, None, now);
     }
@@ -121,14 +135,43 @@ impl Session {
     }
 
     /// The connection is gone: what it had under way was cancelled.
-    pub(super) fn gone(&mut self, counters: &mut Http3Counters) {
-        let unfinished = self
-            .requests
-            .values()
-            .filter(|r| !matches!(r.response, Response::Sent))
-            .count();
-        counters.cancelled += unfinished as u64;
+    pub(super) fn gone(&mut self, counters: &mut Http3Counters, log: Option<&AccessLog>) {
+        for req in self.requests.values() {
+            if !matches!(req.response, Response::Sent) {
+                counters.cancelled += 1;
+                self.log(log, req, Outcome::ConnectionLost);
+            }
+        }
         self.requests.clear();
+    }
+
+    /// Logs how `req` ended, if there is a log.
+    fn log(&self, log: Option<&AccessLog>, req: &Request, outcome: Outcome) {
+        let (Some(log), Some(peer)) = (log, self.address) else {
+            return;
+        };
+        let (method, path) = req
+            .incoming
+            .head
+            .as_ref()
+            .map_or(("-", "-"), |h| (h.method.as_str(), h.path.as_str()));
+        let bytes = match &req.response {
+            Response::Sending {
+                source, framing, ..
+            } => source.written.saturating_sub(*framing),
+            _ => 0,
+        };
+        log.log(Record {
+            time: SystemTime::now(),
+            peer,
+            alpn: neqo_protocols::ALPN_H3,
+            method: method.to_owned(),
+            path: path.to_owned(),
+            status: req.status,
+            bytes,
+            duration: req.started.elapsed(),
+            outcome,
+        });
     }
 
     /// One of the connection's events.
@@ -166,12 +209,12 @@ impl Session {
                 None,
             ),
             StreamEvent::Stopped { id, error_code } => {
-                self.cancelled(conn, id, error_code, shared.counters);
+                self.cancelled(conn, id, error_code, shared, true);
                 (Ok(()), None)
             }
             StreamEvent::Available { dir: Dir::Bi } => (Ok(()), None),
         };
-        self.settle(conn, r, stream.map(|id| (id, &mut *shared.counters)), now);
+        self.settle(conn, r, stream.map(|id| (id, &mut *shared)), now);
         #[cfg(test)]
         {
             self.peak_held = self.peak_held.max(self.held());
@@ -183,15 +226,15 @@ impl Session {
         &mut self,
         conn: &mut Connection,
         r: Result<(), Violation>,
-        stream: Option<(StreamId, &mut Http3Counters)>,
+        stream: Option<(StreamId, &mut Shared<'_>)>,
         now: Instant,
     ) {
         match r {
             Ok(()) => {}
             Err(Violation::Stream(c)) => {
-                if let Some((id, counters)) = stream {
+                if let Some((id, shared)) = stream {
                     tracing::debug!("HTTP/3 stream {id} reset: {c:#x}");
-                    self.cancelled(conn, id, varint(c), counters);
+                    self.cancelled(conn, id, varint(c), shared, false);
                 }
             }
             Err(Violation::Connection(c, why)) => {
@@ -221,6 +264,14 @@ impl Session {
             // retry it elsewhere.
             if self.goaway.is_some_and(|first| u64::from(id) >= first) {
                 shared.counters.rejected += 1;
+                let unread = Request {
+                    token: 0,
+                    incoming: Incoming::new(),
+                    response: Response::None,
+                    started: Instant::now(),
+                    status: None,
+                };
+                self.log(shared.log, &unread, Outcome::Rejected);
                 body::cancel(conn, id, varint(code::REQUEST_REJECTED));
                 continue;
             }
@@ -229,10 +280,12 @@ impl Session {
                 token: *shared.next_token,
                 incoming: Incoming::new(),
                 response: Response::None,
+                started: Instant::now(),
+                status: None,
             };
             self.requests.insert(id, request);
             match self.read(conn, id, shared) {
-                Err(Violation::Stream(c)) => self.cancelled(conn, id, varint(c), shared.counters),
+                Err(Violation::Stream(c)) => self.cancelled(conn, id, varint(c), shared, false),
                 Err(v) => return Err(v),
                 Ok(()) => {}
             }
@@ -258,7 +311,7 @@ impl Session {
             reset,
         } = arrived;
         if let Some(code) = reset {
-            self.cancelled(conn, id, code, shared.counters);
+            self.cancelled(conn, id, code, shared, true);
             return Ok(());
         }
         if !matches!(req.response, Response::None) {
@@ -288,6 +341,10 @@ impl Session {
         let Some(req) = self.requests.get_mut(&id) else {
             return Ok(());
         };
+        req.status = Some(match plan {
+            Plan::Status(status) => status,
+            _ => 200,
+        });
         req.response = match plan {
             Plan::Status(status) => sending(status, 0, None, false, Content::Pattern),
             Plan::Generated { len, head } => {
@@ -364,7 +421,7 @@ impl Session {
             }
             _ => Ok(()),
         };
-        self.settle(conn, r, Some((id, &mut *shared.counters)), now);
+        self.settle(conn, r, Some((id, shared)), now);
     }
 
     /// Writes what request `id`'s response has ready.
@@ -402,11 +459,18 @@ impl Session {
                 if *ok {
                     shared.counters.responses += 1;
                 }
-                req.response = Response::Sent;
+                // Logged before its state goes; the entry stays until acknowledged.
+                let req = &self.requests[&id];
+                self.log(shared.log, req, Outcome::Answered);
+                if let Some(req) = self.requests.get_mut(&id) {
+                    req.response = Response::Sent;
+                }
             }
             Err(StreamClosed) => {
                 shared.counters.cancelled += 1;
-                self.requests.remove(&id);
+                if let Some(req) = self.requests.remove(&id) {
+                    self.log(shared.log, &req, Outcome::Closed);
+                }
             }
         }
         Ok(())
@@ -427,14 +491,20 @@ impl Session {
         conn: &mut Connection,
         id: StreamId,
         code: VarInt,
-        counters: &mut Http3Counters,
+        shared: &mut Shared<'_>,
+        by_client: bool,
     ) {
-        if self
-            .requests
-            .remove(&id)
-            .is_some_and(|r| !matches!(r.response, Response::Sent))
+        if let Some(req) = self.requests.remove(&id)
+            && !matches!(req.response, Response::Sent)
         {
-            counters.cancelled += 1;
+            shared.counters.cancelled += 1;
+            let code = code.into_inner();
+            let outcome = if by_client {
+                Outcome::Cancelled(code)
+            } else {
+                Outcome::Reset(code)
+            };
+            self.log(shared.log, &req, outcome);
         }
         body::cancel(conn, id, code);
     }

@@ -33,6 +33,8 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
+use crate::access_log::AccessLog;
+
 use super::{ServerReport, ledger::Ledger};
 
 /// How often a worker publishes its report at most.
@@ -44,14 +46,21 @@ pub(super) struct Board {
     workers: Vec<Mutex<Option<ServerReport>>>,
     ledger: Arc<Ledger>,
     certificates: Certificates,
+    access_log: Option<AccessLog>,
 }
 
 impl Board {
-    pub(super) fn new(workers: usize, ledger: Arc<Ledger>, certificates: Certificates) -> Self {
+    pub(super) fn new(
+        workers: usize,
+        ledger: Arc<Ledger>,
+        certificates: Certificates,
+        access_log: Option<AccessLog>,
+    ) -> Self {
         Self {
             workers: (0..workers).map(|_| Mutex::new(None)).collect(),
             ledger,
             certificates,
+            access_log,
         }
     }
 
@@ -105,6 +114,18 @@ impl Board {
                     "Replacements of the certificates (a reload); refused ones left them as they were",
                     counter(v),
                 );
+        }
+        if let Some(log) = &self.access_log {
+            registry.register(
+                "access_log_lines",
+                "Access log lines written",
+                counter(log.written()),
+            );
+            registry.register(
+                "access_log_dropped",
+                "Access log lines dropped because its writer was behind",
+                counter(log.dropped()),
+            );
         }
         let reports: Vec<Option<ServerReport>> = self
             .workers

@@ -77,7 +77,15 @@ fn families(exposition: &str) -> Vec<Family> {
 
 /// The reference as a markdown table.
 fn reference() -> String {
-    let board = Board::new(1, Arc::default(), test_certificates());
+    let board = Board::new(
+        1,
+        Arc::default(),
+        test_certificates(),
+        Some(
+            crate::AccessLog::start(Box::new(std::io::sink()), crate::AccessLogFormat::Common)
+                .unwrap(),
+        ),
+    );
     board.publish(0, ServerReport::default());
     let mut out =
         String::from("| metric | type | unit | labels | meaning |\n|---|---|---|---|---|\n");

@@ -208,7 +208,8 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
         )),
         "{summary}"
     );
-    let board = crate::metrics::Board::new(1, Arc::default(), crate::metrics::test_certificates());
+    let board =
+        crate::metrics::Board::new(1, Arc::default(), crate::metrics::test_certificates(), None);
     board.publish(0, report.clone());
     let text = board.render();
     for line in [
