@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use neqo_report::{ClientReport, PacingTimer, Report, ServerReport};
+use neqo_report::{ClientReport, LoopbackRow, PacingTimer, Report, ServerReport};
 use test_fixtures::{Measured, Server, run};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
@@ -202,6 +202,48 @@ fn io_uring_is_refused_naming_the_modes() {
             help.stdout
         );
     }
+}
+
+/// `neqo-loopback --json`: a row per mode, its figures those of the two reports it carries
+/// whole.
+#[cfg(unix)]
+#[test]
+fn loopback_reports_both_sides_per_mode() {
+    let json = tmp("loopback.json");
+    let out = run(
+        Command::new(env!("CARGO_BIN_EXE_neqo-loopback")).args([
+            "--bytes",
+            "2M",
+            "--modes",
+            "single,batched",
+            "--json",
+            json.to_str().unwrap(),
+        ]),
+        LIMIT,
+    )
+    .unwrap();
+    assert!(out.success(), "{}: {}", out.ending(), out.stderr);
+    let rows: Vec<LoopbackRow> = read_json(&json);
+    let modes: Vec<&str> = rows.iter().map(|r| r.mode.as_str()).collect();
+    assert_eq!(modes, ["single", "batched"]);
+    for r in &rows {
+        assert_eq!(r.bytes, 2 << 20, "{r:?}");
+        assert_eq!(r.bytes, r.client.bytes_received, "{r:?}");
+        assert_eq!(r.client.io, r.mode, "{r:?}");
+        assert!(r.pacing && r.client.pacing, "{r:?}");
+        assert_eq!(r.server.bytes_sent, r.bytes, "{r:?}");
+        assert_eq!(
+            r.server_path_mtu,
+            u64::from(r.server.driver.max_path_mtu),
+            "{r:?}"
+        );
+        assert_eq!(
+            r.kernel_drops,
+            r.client.kernel_drops + r.server.kernel_drops,
+            "{r:?}"
+        );
+    }
+    let _ = std::fs::remove_file(&json);
 }
 
 #[test]
