@@ -35,12 +35,15 @@ pub struct ClientReport {
     /// Completed requests per second over `seconds`.
     pub requests_per_second: f64,
     /// From a connection's connect to its handshake's completion.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub handshake_ms: Option<Percentiles>,
     /// From a request's stream being opened to its response read, verified and saved
     /// (successful requests).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub request_ms: Option<Percentiles>,
     /// Fairness: each completed connection's Gbit/s (request and response bytes from its
     /// connect to its last response).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub connection_gbps: Option<Spread>,
     /// Local sockets the connections were spread over that sent anything.
     pub sockets_used: usize,
@@ -224,6 +227,7 @@ pub struct DriverCounters {
     /// Wake-ups for a timer.
     pub timer_wakes: u64,
     /// The timer the pacer waits on; `None` with pacing off.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub pacing_timer: Option<PacingTimer>,
     /// Datagrams queued for the sockets, by the ECN codepoint quinn-proto asked for.
     pub tx_ecn: EcnCounts,

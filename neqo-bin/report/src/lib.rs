@@ -6,7 +6,9 @@
 //!
 //! A reader names the type it expects and gets every field typed, or an error naming the file
 //! and the field that is missing or malformed, rather than a 0 read from a path that is not
-//! there. The socket counters are [`neqo_udp::Stats`] itself.
+//! there. A figure a report may not have is an `Option` written as `null`, and its key is
+//! required all the same (`deserialize_with = "Option::deserialize"`), but for
+//! [`TransferFigures`]' figures that some clients never write. The socket counters are [`neqo_udp::Stats`] itself.
 
 mod client;
 mod figure;

@@ -37,5 +37,6 @@ pub struct QuinnLoadReport {
     /// Datagrams quinn's endpoint received.
     pub datagrams_received: u64,
     /// Why the load failed, if it did (the counts are then zeros).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub error: Option<String>,
 }

@@ -78,6 +78,7 @@ pub struct ServerReport {
     /// With channel steering, what the dispatcher did: datagrams handed to each worker and
     /// dropped on its full channel, and the receive side of the listening sockets (their
     /// receive syscalls and kernel drops, which [`socket`](Self::socket) then reports).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub dispatch: Option<DispatchReport>,
     /// The HTTP/3 requests (counted in the totals above too).
     pub http3: Http3Counters,

@@ -210,6 +210,20 @@ fn a_missing_field_is_an_error_naming_it() {
         .to_string();
     assert!(msg.contains("missing field `max_path_mtu`"), "{msg}");
 
+    // A figure that may be null must still be there: its absence is a malformed report.
+    let mut v: serde_json::Value = serde_json::from_str(&client().to_json().unwrap()).unwrap();
+    v.as_object_mut().unwrap().remove("request_ms");
+    let msg = ClientReport::from_json(&v.to_string(), Path::new("c.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("missing field `request_ms`"), "{msg}");
+    let mut v: serde_json::Value = serde_json::from_str(&server().to_json().unwrap()).unwrap();
+    v.as_object_mut().unwrap().remove("dispatch");
+    let msg = ServerReport::from_json(&v.to_string(), Path::new("s.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("missing field `dispatch`"), "{msg}");
+
     let msg = TransferFigures::from_json(r#"{"requests": 1}"#, Path::new("q.json"))
         .unwrap_err()
         .to_string();
