@@ -526,17 +526,17 @@ impl Download {
 
     /// The JSON report (`--json`): the keys neqo-client's report has for the same figures.
     #[must_use]
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "bytes_received": self.bytes_received,
-            "bytes_sent": self.bytes_sent,
-            "requests": 1,
-            "connections": 1,
-            "seconds": self.seconds,
-            "gbps": self.gbps(),
-            "handshake_ms": self.handshake.as_secs_f64() * 1e3,
-            "cipher_suite": self.cipher_suite,
-        })
+    pub fn report(&self) -> neqo_report::TcpTlsReport {
+        neqo_report::TcpTlsReport {
+            bytes_received: self.bytes_received,
+            bytes_sent: self.bytes_sent,
+            requests: 1,
+            connections: 1,
+            seconds: self.seconds,
+            gbps: self.gbps(),
+            handshake_ms: self.handshake.as_secs_f64() * 1e3,
+            cipher_suite: self.cipher_suite.clone(),
+        }
     }
 }
 

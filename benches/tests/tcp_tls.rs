@@ -14,6 +14,7 @@ use std::{
 
 use neqo_driver::tls::{self, CipherSuite, Identity, Trust};
 use neqo_protocols::{hq, pattern};
+use neqo_report::{Report as _, TcpTlsReport};
 use rustls::{ClientConnection, ServerConnection, StreamOwned, pki_types::ServerName};
 use test_fixtures::{Measured, Server, run};
 
@@ -78,13 +79,13 @@ fn an_odd_size_arrives_byte_exact() {
         "{}",
         m.stdout
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report = TcpTlsReport::read(&json);
     let _ = std::fs::remove_file(&json);
-    assert_eq!(report["bytes_received"], SIZE);
-    assert_eq!(report["bytes_sent"], format!("GET /{SIZE}\r\n").len());
-    assert_eq!(report["cipher_suite"], "TLS13_AES_128_GCM_SHA256");
-    assert!(report["gbps"].as_f64().unwrap() > 0.0, "{report}");
+    let report = report.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.bytes_received, SIZE);
+    assert_eq!(report.bytes_sent, format!("GET /{SIZE}\r\n").len() as u64);
+    assert_eq!(report.cipher_suite, "TLS13_AES_128_GCM_SHA256");
+    assert!(report.gbps > 0.0, "{report:?}");
     let s = stop(server);
     assert!(
         summary_says(&s, &format!("served 1 ({SIZE} bytes), refused 0, failed 0")),

@@ -3,6 +3,8 @@
 //!
 //! - [`client`]: `client::run` runs a client to completion and reports.
 //! - [`cli`]: the binaries' command lines, checks and logging.
+//! - [`report`]: the driver's and the server's counters as `neqo_report`'s types, which the
+//!   JSON reports are written as.
 //! - `testing` (feature `testing`): clients that tests of other crates share with ours.
 //!
 //! The libraries under them are crates of their own: `neqo-driver` (the endpoint driver),
@@ -10,5 +12,6 @@
 
 pub mod cli;
 pub mod client;
+pub mod report;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -14,6 +14,7 @@ use std::{
     time::Duration,
 };
 
+use neqo_report::{Report as _, ServerReport};
 use rcgen::PublicKeyData as _;
 use test_fixtures::Server;
 
@@ -174,7 +175,7 @@ fn chromium() -> Option<&'static str> {
 
 /// Loads the page with `extra` server flags; returns the DOM Chromium printed and the
 /// server's report.
-fn load(browser: &str, name: &str, extra: &[&str]) -> (String, serde_json::Value) {
+fn load(browser: &str, name: &str, extra: &[&str]) -> (String, ServerReport) {
     let site = Site::new(name);
     let report = site.path("server.json");
     let server = Server::start(
@@ -221,8 +222,7 @@ fn load(browser: &str, name: &str, extra: &[&str]) -> (String, serde_json::Value
     let dom = String::from_utf8_lossy(&out.stdout).into_owned();
     let m = server.stop().unwrap();
     assert_eq!(m.code, Some(0), "the server stopped cleanly: {}", m.stderr);
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = ServerReport::read(&report).unwrap_or_else(|e| panic!("{e}"));
     if !dom.contains("loaded") {
         eprintln!("chromium stderr: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -230,21 +230,21 @@ fn load(browser: &str, name: &str, extra: &[&str]) -> (String, serde_json::Value
     (dom, r)
 }
 
-fn check(dom: &str, r: &serde_json::Value) {
+fn check(dom: &str, r: &ServerReport) {
     assert!(
         dom.contains(&format!("loaded 40,41,42 {BIG}")),
         "the page rendered its images and fetched the file: {dom}"
     );
-    let h = &r["http3"];
+    let h = &r.http3;
     // The page, three images, the file; Chromium may also ask for /favicon.ico (a 404).
-    assert_eq!(h["responses"], 5, "{h}");
-    assert!(h["error_statuses"].as_u64().unwrap() <= 1, "{h}");
+    assert_eq!(h.responses, 5, "{h:?}");
+    assert!(h.error_statuses <= 1, "{h:?}");
     assert_eq!(
-        r["requests"], h["responses"],
-        "every response of the server was an h3 one: {r}"
+        r.requests, h.responses,
+        "every response of the server was an h3 one: {r:?}"
     );
     let body = PAGE.len() as u64 + BIG as u64;
-    assert!(h["body_bytes"].as_u64().unwrap() > body, "{h}");
+    assert!(h.body_bytes > body, "{h:?}");
 }
 
 #[test]
@@ -272,7 +272,7 @@ fn chromium_loads_a_page_after_a_retry() {
     };
     let (dom, r) = load(browser, "retry", &["--retry", "always"]);
     check(&dom, &r);
-    assert!(r["driver"]["retries"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r.driver.retries >= 1, "{r:?}");
 }
 
 #[test]

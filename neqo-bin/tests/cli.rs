@@ -9,6 +9,7 @@ use std::{
     time::Duration,
 };
 
+use neqo_report::{ClientReport, LoopbackRow, PacingTimer, Report, ServerReport};
 use test_fixtures::{Measured, Server, run};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
@@ -56,11 +57,9 @@ fn client(args: &[&str]) -> Measured {
     .unwrap()
 }
 
-/// A JSON report a binary wrote.
-fn read_json(path: &Path) -> serde_json::Value {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
+/// A JSON report a binary wrote, every field of its type present.
+fn read_json<T: Report>(path: &Path) -> T {
+    T::read(path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -83,24 +82,12 @@ fn download_with_json_reports_and_clean_shutdown() {
         json.to_str().unwrap(),
     ]);
     assert!(out.success(), "{}", out.stderr);
-    let v = read_json(&json);
-    for key in [
-        "bytes_received",
-        "bytes_sent",
-        "requests",
-        "connections",
-        "seconds",
-        "gbps",
-        "rx_datagrams_per_syscall",
-        "tx_datagrams_per_syscall",
-        "kernel_drops",
-        "lost_packets",
-    ] {
-        assert!(v.get(key).is_some(), "{key} missing in {v}");
-    }
-    assert_eq!(v["bytes_received"], 10_000_000);
+    let v: ClientReport = read_json(&json);
+    assert_eq!(v.bytes_received, 10_000_000);
+    assert_eq!((v.requests, v.connections), (1, 1), "{v:?}");
+    assert!(v.gbps > 0.0 && v.rx_datagrams_per_syscall >= 1.0, "{v:?}");
     #[cfg(target_os = "linux")]
-    assert_eq!(v["driver"]["pacing_timer"], "precise", "{v}");
+    assert_eq!(v.driver.pacing_timer, Some(PacingTimer::Precise), "{v:?}");
 
     // The pacer on tokio's timers, as the JSON report says; a timer that does not exist is
     // refused by name.
@@ -113,9 +100,9 @@ fn download_with_json_reports_and_clean_shutdown() {
         json.to_str().unwrap(),
     ]);
     assert!(out.success(), "{}", out.stderr);
-    let v = read_json(&json);
-    assert_eq!(v["driver"]["pacing_timer"], "tokio", "{v}");
-    assert_eq!(v["bytes_received"], 1_000_000);
+    let v: ClientReport = read_json(&json);
+    assert_eq!(v.driver.pacing_timer, Some(PacingTimer::Tokio), "{v:?}");
+    assert_eq!(v.bytes_received, 1_000_000);
     let out = client(&[&url(&server, "/1"), "--insecure", "--pacing-timer", "hpet"]);
     assert!(!out.success());
     assert!(out.stderr.contains("--pacing-timer"), "{}", out.stderr);
@@ -123,10 +110,10 @@ fn download_with_json_reports_and_clean_shutdown() {
     let out = terminate(server);
     assert!(out.success(), "{}", out.stderr);
     assert!(out.stderr.contains("exit stats"), "{}", out.stderr);
-    let s = read_json(&server_json);
+    let s: ServerReport = read_json(&server_json);
     // Both downloads; the refused flag never reached it.
-    assert_eq!(s["bytes_sent"], 11_000_000);
-    assert!(s["tx_datagrams_per_syscall"].as_f64().unwrap() >= 1.0);
+    assert_eq!(s.bytes_sent, 11_000_000);
+    assert!(s.tx_datagrams_per_syscall >= 1.0, "{s:?}");
 }
 
 #[test]
@@ -174,12 +161,8 @@ fn ipv6_single_mode_no_pacing_perf_with_ca() {
         json.to_str().unwrap(),
     ]);
     assert!(out.success(), "{}", out.stderr);
-    let v = read_json(&json);
-    assert_eq!(
-        v["driver"]["pacing_timer"],
-        serde_json::Value::Null,
-        "no pacing: {v}"
-    );
+    let v: ClientReport = read_json(&json);
+    assert_eq!(v.driver.pacing_timer, None, "no pacing: {v:?}");
 }
 
 /// `--io uring` (a mode until io_uring was removed, see docs/records/io_uring.md) is refused at start
@@ -219,6 +202,48 @@ fn io_uring_is_refused_naming_the_modes() {
             help.stdout
         );
     }
+}
+
+/// `neqo-loopback --json`: a row per mode, its figures those of the two reports it carries
+/// whole.
+#[cfg(unix)]
+#[test]
+fn loopback_reports_both_sides_per_mode() {
+    let json = tmp("loopback.json");
+    let out = run(
+        Command::new(env!("CARGO_BIN_EXE_neqo-loopback")).args([
+            "--bytes",
+            "2M",
+            "--modes",
+            "single,batched",
+            "--json",
+            json.to_str().unwrap(),
+        ]),
+        LIMIT,
+    )
+    .unwrap();
+    assert!(out.success(), "{}: {}", out.ending(), out.stderr);
+    let rows: Vec<LoopbackRow> = read_json(&json);
+    let modes: Vec<&str> = rows.iter().map(|r| r.mode.as_str()).collect();
+    assert_eq!(modes, ["single", "batched"]);
+    for r in &rows {
+        assert_eq!(r.bytes, 2 << 20, "{r:?}");
+        assert_eq!(r.bytes, r.client.bytes_received, "{r:?}");
+        assert_eq!(r.client.io, r.mode, "{r:?}");
+        assert!(r.pacing && r.client.pacing, "{r:?}");
+        assert_eq!(r.server.bytes_sent, r.bytes, "{r:?}");
+        assert_eq!(
+            r.server_path_mtu,
+            u64::from(r.server.driver.max_path_mtu),
+            "{r:?}"
+        );
+        assert_eq!(
+            r.kernel_drops,
+            r.client.kernel_drops + r.server.kernel_drops,
+            "{r:?}"
+        );
+    }
+    let _ = std::fs::remove_file(&json);
 }
 
 #[test]
@@ -603,7 +628,7 @@ fn edge_settings_still_work() {
     )
     .unwrap();
     assert!(out.success(), "{}", out.stderr);
-    assert_eq!(read_json(&json)["bytes_received"], 100_000);
+    assert_eq!(read_json::<ClientReport>(&json).bytes_received, 100_000);
     drop(server);
     let qlogs = std::fs::read_dir(&qlog_sub).unwrap().count();
     assert!(qlogs >= 1, "the server wrote its qlog");

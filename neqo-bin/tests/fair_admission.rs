@@ -56,7 +56,7 @@ impl During {
     fn served(&self) -> &client::ClientReport {
         self.client
             .as_ref()
-            .unwrap_or_else(|e| panic!("the ordinary client: {e}; the server: {}", self.report))
+            .unwrap_or_else(|e| panic!("the ordinary client: {e}; the server: {:?}", self.report))
     }
 }
 
@@ -97,7 +97,7 @@ struct During {
     client: Result<client::ClientReport, String>,
     metrics: HashMap<String, f64>,
     held: Held,
-    report: serde_json::Value,
+    report: neqo_report::ServerReport,
 }
 
 /// The ordinary client, from `ns`'s default address: 40 connections to `addr` of one request
@@ -189,24 +189,24 @@ fn unfinished_handshakes_from_32_sources_hold_the_floor_only() {
     );
     let windows = d.metrics["neqo_server_receive_windows_bytes"];
     println!(
-        "32 sources holding handshakes ({} Initials): client {} of 40 served; receive windows {windows} B after it; server {}",
+        "32 sources holding handshakes ({} Initials): client {} of 40 served; receive windows {windows} B after it; server {:?}",
         d.held.initials,
         d.served().requests,
-        d.report["admission"]
+        d.report.admission
     );
     let c = d.served();
     assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
     assert!(
-        d.report["admission"]["peak_half_open"].as_u64().unwrap() >= 32,
-        "the handshakes were held: {}",
-        d.report["admission"]
+        d.report.admission.peak_half_open >= 32,
+        "the handshakes were held: {:?}",
+        d.report.admission
     );
     assert!(
         windows <= 2.0 * 32.0 * MIN_WINDOW,
         "held handshakes hold the smallest window each: {windows} B"
     );
-    assert_eq!(d.report["refused_source_share"], 0, "{}", d.report);
-    assert_eq!(d.report["refused_budget"], 0, "{}", d.report);
+    assert_eq!(d.report.refused_source_share, 0, "{:?}", d.report);
+    assert_eq!(d.report.refused_budget, 0, "{:?}", d.report);
 }
 
 /// One address replays Retry tokens, 300 new handshakes a second that never finish (each
@@ -234,9 +234,9 @@ fn one_address_replaying_retry_tokens_keeps_nobody_out() {
         Duration::from_secs(1),
         Duration::from_secs(4),
     );
-    let a = &d.report["admission"];
+    let a = &d.report.admission;
     println!(
-        "one address replaying ({} Initials, {} after a Retry): client {} of 40 served; receive windows {} B after it; server admission {a}",
+        "one address replaying ({} Initials, {} after a Retry): client {} of 40 served; receive windows {} B after it; server admission {a:?}",
         d.held.initials,
         d.held.retries,
         d.served().requests,
@@ -250,16 +250,12 @@ fn one_address_replaying_retry_tokens_keeps_nobody_out() {
     // Retry are to the server's own IDs, and kept). Where it keeps up, the replays hold
     // handshakes, and what the server refuses is the replaying address, once it holds its
     // share of a worker's floor.
-    if d.report["driver"]["initials_shed"].as_u64().unwrap() == 0 {
+    if d.report.driver.initials_shed == 0 {
         assert!(
-            a["peak_half_open"].as_u64().unwrap() >= 600,
-            "the replays held handshakes: {a}"
+            a.peak_half_open >= 600,
+            "the replays held handshakes: {a:?}"
         );
-        assert!(
-            d.report["refused_source_share"].as_u64().unwrap() > 0,
-            "{}",
-            d.report
-        );
+        assert!(d.report.refused_source_share > 0, "{:?}", d.report);
     }
 }
 
@@ -298,9 +294,9 @@ fn a_routed_ipv6_prefix_holding_the_table_keeps_nobody_out() {
         HANDSHAKE_TIMEOUT,
         Duration::from_millis(1200),
     );
-    let a = &d.report["admission"];
+    let a = &d.report.admission;
     println!(
-        "1024 /64s of one /54 holding handshakes ({} Initials, {} after a Retry): client {} of 40 served; {} half-open after it; server admission {a}",
+        "1024 /64s of one /54 holding handshakes ({} Initials, {} after a Retry): client {} of 40 served; {} half-open after it; server admission {a:?}",
         d.held.initials,
         d.held.retries,
         d.served().requests,
@@ -309,13 +305,10 @@ fn a_routed_ipv6_prefix_holding_the_table_keeps_nobody_out() {
     let c = d.served();
     assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
     assert!(d.held.retries > 0, "the holders went through Retry");
+    assert!(a.refused_half_open > 0, "the table was full: {a:?}");
     assert!(
-        a["refused_half_open"].as_u64().unwrap() > 0,
-        "the table was full: {a}"
-    );
-    assert!(
-        a["evicted_half_open"].as_u64().unwrap() >= 1,
-        "the client took holders' places: {a}"
+        a.evicted_half_open >= 1,
+        "the client took holders' places: {a:?}"
     );
 }
 
@@ -344,9 +337,9 @@ fn a_flood_of_initials_from_spoofed_sources_keeps_nobody_out() {
         Duration::from_millis(125),
         Duration::from_secs(1),
     );
-    let a = &d.report["admission"];
+    let a = &d.report.admission;
     println!(
-        "Initials from 256 spoofed sources ({} sent): client {} of 40 served; receive windows {} B after it; server admission {a}",
+        "Initials from 256 spoofed sources ({} sent): client {} of 40 served; receive windows {} B after it; server admission {a:?}",
         d.held.initials,
         d.served().requests,
         d.metrics["neqo_server_receive_windows_bytes"],
@@ -354,8 +347,8 @@ fn a_flood_of_initials_from_spoofed_sources_keeps_nobody_out() {
     let c = d.served();
     assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
     assert!(
-        a["retries"].as_u64().unwrap() > 0,
-        "the server asked the flood for Retries: {a}"
+        a.retries > 0,
+        "the server asked the flood for Retries: {a:?}"
     );
     assert_eq!(d.held.retries, 0, "none answered");
 }
@@ -400,21 +393,17 @@ fn a_flood_aimed_at_one_worker_is_shed_unread() {
     stop.store(true, Ordering::Relaxed);
     let aimed = attacker.join().unwrap();
     let report = stop_and_report(server, &json);
-    let w = &report["workers"];
+    let [w0, w1] = &report.workers[..] else {
+        panic!("two workers: {report:?}");
+    };
     println!(
         "aimed flood: {aimed:?}; worker 0: shed {} kernel drops {}; worker 1: shed {} kernel drops {}",
-        w[0]["initials_shed"], w[0]["kernel_drops"], w[1]["initials_shed"], w[1]["kernel_drops"]
+        w0.initials_shed, w0.kernel_drops, w1.initials_shed, w1.kernel_drops
     );
     assert!(aimed.aimed > 0 && aimed.aimed < aimed.probed, "{aimed:?}");
-    let c = client.unwrap_or_else(|e| panic!("the ordinary client: {e}; the server: {report}"));
+    let c = client.unwrap_or_else(|e| panic!("the ordinary client: {e}; the server: {report:?}"));
     assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
-    assert!(
-        w[0]["initials_shed"].as_u64().unwrap() > 0,
-        "worker 0 shed the flood: {report}"
-    );
-    assert_eq!(
-        w[1]["initials_shed"], 0,
-        "nothing aimed at worker 1: {report}"
-    );
-    assert_eq!(report["driver"]["initials_shed"], w[0]["initials_shed"]);
+    assert!(w0.initials_shed > 0, "worker 0 shed the flood: {report:?}");
+    assert_eq!(w1.initials_shed, 0, "nothing aimed at worker 1: {report:?}");
+    assert_eq!(report.driver.initials_shed, w0.initials_shed);
 }

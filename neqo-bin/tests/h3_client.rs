@@ -12,6 +12,7 @@ use std::{
     time::Duration,
 };
 
+use neqo_report::{ClientReport, Report, ServerReport};
 use test_fixtures::Server;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
@@ -57,13 +58,13 @@ fn client(args: &[&str]) -> (bool, Vec<u8>, String) {
     )
 }
 
-fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+fn report<T: Report>(path: &Path) -> T {
+    T::read(path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The client's reports of a successful run with `args`, its requests one after another and
 /// then all at once (`--parallel`).
-fn in_turn_and_in_parallel(dir: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+fn in_turn_and_in_parallel(dir: &Path, args: &[&str]) -> Vec<ClientReport> {
     [false, true]
         .into_iter()
         .map(|parallel| {
@@ -86,10 +87,10 @@ fn generated_bodies_over_several_connections_in_turn_and_in_parallel() {
     let s = server(&dir);
     let url = format!("https://{}/1000000", s.addr());
     for r in in_turn_and_in_parallel(&dir, &[&url, "-n", "3", "--connections", "2"]) {
-        assert_eq!(r["requests"], 6, "{r}");
-        assert_eq!(r["failed_requests"], 0, "{r}");
-        assert_eq!(r["bytes_received"], 6_000_000, "{r}");
-        assert_eq!(r["connections"], 2, "{r}");
+        assert_eq!(r.requests, 6, "{r:?}");
+        assert_eq!(r.failed_requests, 0, "{r:?}");
+        assert_eq!(r.bytes_received, 6_000_000, "{r:?}");
+        assert_eq!(r.connections, 2, "{r:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -132,10 +133,10 @@ fn posts_are_counted_by_the_server_and_checked_by_the_client() {
     let s = server(&dir);
     let url = format!("https://{}/upload", s.addr());
     for r in in_turn_and_in_parallel(&dir, &[&url, "-n", "3", "--upload", "3000001"]) {
-        assert_eq!(r["requests"], 3, "{r}");
-        assert_eq!(r["failed_requests"], 0, "{r}");
-        assert_eq!(r["bytes_sent"], 9_000_003, "{r}");
-        assert_eq!(r["bytes_received"], 3 * 7, "3 x \"3000001\": {r}");
+        assert_eq!(r.requests, 3, "{r:?}");
+        assert_eq!(r.failed_requests, 0, "{r:?}");
+        assert_eq!(r.bytes_sent, 9_000_003, "{r:?}");
+        assert_eq!(r.bytes_received, 3 * 7, "3 x \"3000001\": {r:?}");
     }
     let saved = dir.join("answer.txt");
     let (ok, _, err) = client(&[&url, "--upload", "12345", "-o", saved.to_str().unwrap()]);
@@ -179,25 +180,21 @@ fn responses_past_cancel_after_are_given_up_and_the_connection_goes_on() {
         client_json.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
-    let r = report(&client_json);
+    let r: ClientReport = report(&client_json);
     assert_eq!(
-        (
-            &r["requests"],
-            &r["cancelled_requests"],
-            &r["failed_requests"]
-        ),
-        (&3.into(), &3.into(), &0.into()),
-        "{r}"
+        (r.requests, r.cancelled_requests, r.failed_requests),
+        (3, 3, 0),
+        "{r:?}"
     );
-    let received = r["bytes_received"].as_u64().unwrap();
+    let received = r.bytes_received;
     assert!(
         (3 * 100_000 + 3 * (1 << 20)..3 * 100_000 + 3 * 300_000_000).contains(&received),
         "{received}"
     );
     assert!(s.stop().unwrap().success());
-    let sr = report(&json);
-    assert_eq!(sr["http3"]["responses"], 3, "{sr}");
-    assert_eq!(sr["http3"]["cancelled"], 3, "{sr}");
+    let sr: ServerReport = report(&json);
+    assert_eq!(sr.http3.responses, 3, "{sr:?}");
+    assert_eq!(sr.http3.cancelled, 3, "{sr:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -381,11 +381,7 @@ mod process {
             .expect("served after the attack");
         assert_eq!(r.bytes_received, 100_000);
         let report = stop_and_report(server, &json);
-        assert_eq!(
-            report["driver"]["accepted"],
-            u64::from(CLIENTS) + 1,
-            "{report}"
-        );
+        assert_eq!(report.driver.accepted, u64::from(CLIENTS) + 1, "{report:?}");
     }
 
     /// A server whose replies are throttled to 1 Mbit/s (its port's datagrams, in a network
@@ -463,12 +459,15 @@ mod process {
         }
         let (_, peak) = memory_mib(pid);
         let report = stop_and_report(server, &json);
-        let dropped = report["driver"]["stateless_dropped"].as_u64().unwrap();
-        let replied = report["socket"]["tx"]["datagrams"].as_u64().unwrap();
+        let dropped = report.driver.stateless_dropped;
+        let replied = report.socket.tx.datagrams;
         println!(
             "stateless flood: {sent} packets in {took:.1?}; server RSS idle {idle:.1} MiB, peak {peak:.1} MiB, after {after:.1} MiB; replies sent {replied}, dropped {dropped}"
         );
-        assert!(dropped > 0, "the replies never met a full queue: {report}");
+        assert!(
+            dropped > 0,
+            "the replies never met a full queue: {report:?}"
+        );
         assert!(peak < 100.0, "peak RSS {peak:.1} MiB");
         assert!(after < 50.0, "RSS after the flood {after:.1} MiB");
     }
@@ -542,9 +541,8 @@ mod process {
                 .map(|w| thread_cpu(server.id(), &format!("neqo-server-{w}")))
                 .collect();
             let report = stop_and_report(server, &json);
-            let got: Vec<u64> = (0..2)
-                .map(|w| report["workers"][w]["rx_datagrams"].as_u64().unwrap())
-                .collect();
+            let got: Vec<u64> = report.workers.iter().map(|w| w.rx_datagrams).collect();
+            assert_eq!(got.len(), 2, "{report:?}");
             let sent = (SOURCES * PER_SOURCE) as u64;
             println!(
                 "aimed Initials ({steering}): {sent} sent; datagrams per worker {got:?}; worker CPU {cpu:.2?} s"

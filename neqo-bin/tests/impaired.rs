@@ -403,7 +403,10 @@ fn pacing_on_tokio_timers() {
         o.server.tx_datagrams_per_syscall, server.max_transmit_datagrams, server.paced_waits
     );
     assert_eq!(server.pacing_timer, Some(PacingTimer::Tokio));
-    assert_eq!(o.client.driver.pacing_timer, Some(PacingTimer::Tokio));
+    assert_eq!(
+        o.client.driver.pacing_timer,
+        Some(neqo_report::PacingTimer::Tokio)
+    );
     assert!(
         server.paced_waits > 0,
         "the pacer never held a connection back"

@@ -10,6 +10,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
+use neqo_report::{ClientReport, Report, ServerReport};
 use test_fixtures::{
     Server,
     netns::{Netns, is_root},
@@ -52,15 +53,17 @@ fn discovered(ns: &Netns, tag: &str, extra: &[&str]) -> (u64, u64) {
     let srv = server.stop().unwrap();
     assert!(out.success(), "client: {}: {}", out.ending(), out.stderr);
     assert!(srv.success(), "server: {}: {}", srv.ending(), srv.stderr);
-    let read = |p: &PathBuf| -> serde_json::Value {
-        let v = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    fn read<T: Report>(p: &PathBuf) -> T {
+        let r = T::read(p);
         let _ = std::fs::remove_file(p);
-        v
-    };
-    let (s, c) = (read(&sj), read(&cj));
-    assert_eq!(c["bytes_received"], BYTES, "byte-exact");
-    let mtu = |v: &serde_json::Value| v["driver"]["max_path_mtu"].as_u64().expect("reported");
-    (mtu(&s), mtu(&c))
+        r.unwrap_or_else(|e| panic!("{e}"))
+    }
+    let (s, c): (ServerReport, ClientReport) = (read(&sj), read(&cj));
+    assert_eq!(c.bytes_received, BYTES, "byte-exact");
+    (
+        u64::from(s.driver.max_path_mtu),
+        u64::from(c.driver.max_path_mtu),
+    )
 }
 
 #[test]

@@ -29,7 +29,11 @@ fn retry_resumption_zero_rtt_and_key_updates_are_counted() {
     assert_eq!(report.connections, 2);
     assert_eq!(report.bytes_received, 6_000_000);
     let tls = counters::snapshot();
-    assert_eq!(report.tls, tls, "the client's report carries the counts");
+    assert_eq!(
+        report.tls,
+        neqo_bin::report::tls_counters(tls),
+        "the client's report carries the counts"
+    );
     assert_eq!(server_report.driver.retries, 2, "a Retry per connection");
     assert_eq!(tls.retries_accepted, 2);
     // The second connection resumed: its handshake verified no certificate, and the

@@ -31,9 +31,10 @@ mod linux {
         time::{Duration, Instant},
     };
 
-    use anyhow::{Context as _, bail};
+    use anyhow::bail;
     use benches::attack::{self, Handshake};
     use clap::Parser;
+    use neqo_report::{Report as _, ServerReport};
     use test_fixtures::{BUILD_NEQO_BINS, Server, cargo_build, release_binary};
 
     /// The server settings compared, one row each; every row has two workers.
@@ -204,11 +205,16 @@ mod linux {
             let flood_secs = started.elapsed().as_secs_f64();
             let cpu_after = worker_cpu(server.id());
             let _ = server.stop()?;
-            let report: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(&json).with_context(|| format!("{}", json.display()))?,
-            )?;
+            let report = ServerReport::read(&json);
             let _ = std::fs::remove_file(&json);
-            let w = |i: usize, key: &str| report["workers"][i][key].as_u64().unwrap_or(0);
+            let report = report?;
+            let [w0, w1] = &report.workers[..] else {
+                bail!(
+                    "{}: {} workers reported, not 2",
+                    json.display(),
+                    report.workers.len()
+                );
+            };
             #[expect(clippy::cast_precision_loss, reason = "a rate")]
             let rate = sent as f64 / flood_secs / 1000.0;
             println!(
@@ -220,10 +226,10 @@ mod linux {
                 },
                 cpu_after[0] - cpu_before[0],
                 cpu_after[1] - cpu_before[1],
-                w(0, "kernel_drops") + w(0, "dispatch_dropped"),
-                w(1, "kernel_drops") + w(1, "dispatch_dropped"),
-                w(0, "initials_shed"),
-                w(1, "initials_shed"),
+                w0.kernel_drops + w0.dispatch_dropped,
+                w1.kernel_drops + w1.dispatch_dropped,
+                w0.initials_shed,
+                w1.initials_shed,
                 idle.show(0),
                 idle.show(1),
                 during.show(0),

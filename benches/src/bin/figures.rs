@@ -20,7 +20,7 @@ use std::{
 };
 
 use clap::{Parser, Subcommand, builder::PossibleValuesParser};
-use serde_json::{Value, json};
+use neqo_report::{FigureRecord, ReadError, Report as _};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -235,8 +235,9 @@ fn date(secs: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}")
 }
 
-/// Where it is measured: commit (marked when the tree has changes), date, kernel, CPU.
-fn provenance() -> Value {
+/// The record of what `f` `printed`: where it is measured, commit (marked when the tree has
+/// changes), date, kernel, CPU.
+fn provenance(f: &Figure, printed: String) -> FigureRecord {
     let commit = output("git", &["rev-parse", "--short=7", "HEAD"]).unwrap_or_default();
     let dirty = output("git", &["status", "--porcelain", "--untracked-files=no"])
         .is_some_and(|s| s.lines().any(|l| !l.contains(RESULTS)));
@@ -255,13 +256,20 @@ fn provenance() -> Value {
                 .map(|(_, v)| v.trim().to_owned())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
-    json!({
-        "commit": if dirty { format!("{commit}+changes") } else { commit },
-        "date": date(now),
-        "kernel": kernel,
-        "cpu": cpu,
-        "cores": std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-    })
+    FigureRecord {
+        commit: if dirty {
+            format!("{commit}+changes")
+        } else {
+            commit
+        },
+        date: date(now),
+        kernel,
+        cpu,
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+        name: f.name.to_owned(),
+        command: command_line(f),
+        output: printed,
+    }
 }
 
 fn record_path(name: &str) -> PathBuf {
@@ -283,29 +291,24 @@ fn refresh(f: &Figure) -> Result<(), String> {
             out.status
         ));
     }
-    let mut record = provenance();
-    record["name"] = json!(f.name);
-    record["command"] = json!(command_line(f));
-    record["output"] = json!(String::from_utf8_lossy(&out.stdout).trim_matches('\n'));
+    let output = String::from_utf8_lossy(&out.stdout)
+        .trim_matches('\n')
+        .to_owned();
+    let record = provenance(f, output);
     std::fs::create_dir_all(RESULTS).map_err(|e| format!("{RESULTS}: {e}"))?;
     let path = record_path(f.name);
-    let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())? + "\n";
+    let text = record.to_json().map_err(|e| e.to_string())?;
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The markdown a block of figure `f` holds, from its record.
 fn rendered(f: &Figure) -> Result<String, String> {
     let path = record_path(f.name);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        format!(
-            "{}: no record ({e}); run `figures refresh {}`",
-            path.display(),
-            f.name
-        )
+    let r = FigureRecord::read(&path).map_err(|e| match e {
+        ReadError::Io { .. } => format!("{e}: no record; run `figures refresh {}`", f.name),
+        ReadError::Parse { .. } => e.to_string(),
     })?;
-    let r: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
-    let body = s("output").trim_matches('\n').to_owned();
+    let body = r.output.trim_matches('\n').to_owned();
     let shown = if f.markdown {
         body
     } else {
@@ -315,12 +318,12 @@ fn rendered(f: &Figure) -> Result<String, String> {
         "{shown}\n\nMeasured at `{}` on {} ({}, {}, {} cores; client and server share them) with \
          `{}`. Record: `{}`; refresh: `cargo run --release -p benches --bin figures -- refresh \
          {}`.",
-        s("commit"),
-        s("date"),
-        s("kernel"),
-        s("cpu"),
-        r.get("cores").and_then(Value::as_u64).unwrap_or(0),
-        s("command"),
+        r.commit,
+        r.date,
+        r.kernel,
+        r.cpu,
+        r.cores,
+        r.command,
         path.display(),
         f.name
     ))

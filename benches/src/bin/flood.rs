@@ -30,6 +30,7 @@ mod linux {
     use anyhow::bail;
     use benches::args::positive;
     use clap::{Parser, builder::RangedU64ValueParser};
+    use neqo_report::{Report as _, ServerReport};
     use test_fixtures::{BUILD_NEQO_BINS, Server, cargo_build, release_binary};
 
     /// The server settings compared, one row each.
@@ -124,10 +125,9 @@ mod linux {
             std::thread::sleep(IDLE + Duration::from_secs(2));
             let resting = rss_mb(server.id());
             let m = server.stop()?;
-            let report: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
-                    .unwrap_or_default();
+            let report = ServerReport::read(&json);
             let _ = std::fs::remove_file(&json);
+            let report = report?;
             let show = |r: &Result<f64, String>| match r {
                 Ok(ms) => format!("{ms:.0}"),
                 Err(e) => format!("failed: {e}"),
@@ -143,8 +143,8 @@ mod linux {
                 after,
                 resting,
                 m.cpu().as_secs_f64(),
-                report["driver"]["retries"],
-                report["driver"]["accepted"],
+                report.driver.retries,
+                report.driver.accepted,
                 show(&idle),
                 show(&during)
             );

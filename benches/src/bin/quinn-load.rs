@@ -19,6 +19,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use neqo_driver::tls::{Trust, client_crypto};
 use neqo_protocols::{ALPN_HQ, hq, pattern};
+use neqo_report::{QuinnLoadReport, Report as _};
 
 /// The longest a request may take before the run is given up.
 const REQUEST_LIMIT: Duration = Duration::from_secs(60);
@@ -136,16 +137,19 @@ fn main() -> ExitCode {
         Ok(r) => (r, None),
         Err(e) => (Report::default(), Some(format!("{e:#}"))),
     };
-    let json = serde_json::json!({
-        "requests": report.requests,
-        "bytes_received": report.bytes_received,
-        "seconds": report.seconds,
-        "datagrams_sent": report.datagrams_sent,
-        "datagrams_received": report.datagrams_received,
-        "error": failure,
-    });
+    let json = QuinnLoadReport {
+        requests: report.requests,
+        bytes_received: report.bytes_received,
+        seconds: report.seconds,
+        datagrams_sent: report.datagrams_sent,
+        datagrams_received: report.datagrams_received,
+        error: failure.clone(),
+    };
     if let Some(file) = &args.json
-        && let Err(e) = std::fs::write(file, json.to_string())
+        && let Err(e) = json
+            .to_json()
+            .map_err(std::io::Error::other)
+            .and_then(|text| std::fs::write(file, text))
     {
         eprintln!("quinn-load: {}: {e}", file.display());
         return ExitCode::FAILURE;

@@ -35,6 +35,7 @@ mod linux {
     use anyhow::bail;
     use benches::procfs;
     use clap::Parser;
+    use neqo_report::{ClientReport, Report as _};
     use test_fixtures::{BUILD_NEQO_BINS, Server, cargo_build, release_binary};
 
     /// The protocols compared, in the order of the table's columns.
@@ -102,12 +103,9 @@ mod linux {
         if !m.success() {
             bail!("{} round: {}", s.alpn, m.ending());
         }
-        let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+        let report = ClientReport::read(&json)?;
         let want = args.connections * args.per_connection;
-        let (requests, failed) = (
-            report["requests"].as_u64().unwrap_or(0),
-            report["failed_requests"].as_u64().unwrap_or(0),
-        );
+        let (requests, failed) = (report.requests, report.failed_requests);
         if requests != want || failed != 0 {
             bail!("{}: {requests} of {want} requests, {failed} failed", s.alpn);
         }

@@ -208,7 +208,7 @@ fn client(args: &ClientArgs) -> anyhow::Result<()> {
         tcp_tls::download(addr, name, size, config).with_context(|| format!("{}", args.url))?;
     println!("tcp-tls client: {}", download.summary());
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&download.json())? + "\n";
+        let text = neqo_report::Report::to_json(&download.report())?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -16,8 +16,8 @@ use neqo_bin::cli::{
     client_main, init_logging, parse_size, server_main,
 };
 use neqo_process::{Measured, Server};
+use neqo_report::{ClientReport, LoopbackRow as Row, Report as _, ServerReport};
 use neqo_udp::IoMode;
-use serde_json::Value;
 
 /// How long the server may take to say where it listens.
 const SERVER_READY: Duration = Duration::from_secs(20);
@@ -59,30 +59,6 @@ enum Role {
     /// Run as neqo-client.
     #[command(hide = true)]
     Client(ClientArgs),
-}
-
-#[derive(Debug, serde::Serialize)]
-struct Row {
-    mode: String,
-    pacing: bool,
-    bytes: u64,
-    seconds: f64,
-    gbps: f64,
-    /// Server sending, client receiving: the data direction.
-    server_tx_per_syscall: f64,
-    client_rx_per_syscall: f64,
-    /// Acknowledgements the other way.
-    client_tx_per_syscall: f64,
-    server_rx_per_syscall: f64,
-    client_cpu_s: f64,
-    server_cpu_s: f64,
-    kernel_drops: u64,
-    lost_packets: u64,
-    /// The largest path MTU the server's discovery reached: the data's datagram size, which
-    /// sets much of the cost per byte.
-    server_path_mtu: u64,
-    client: Value,
-    server: Value,
 }
 
 #[global_allocator]
@@ -149,7 +125,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     print_table(&rows, !args.no_pacing);
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)? + "\n")
+        std::fs::write(path, rows.to_json()?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
@@ -206,30 +182,24 @@ fn one(args: &Args, exe: &Path, dir: &Path, mode: IoMode) -> anyhow::Result<Row>
     if !client.success() {
         bail!("the client failed in {mode} mode ({})", client.ending());
     }
-    let c: Value = serde_json::from_str(&std::fs::read_to_string(&client_json)?)?;
-    let sv: Value = serde_json::from_str(
-        &std::fs::read_to_string(&server_json).context("the server wrote no report")?,
-    )?;
-    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-    let u = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    // Both reports are required: a run whose figures cannot be read is an error, not zeros.
+    let c = ClientReport::read(&client_json)?;
+    let sv = ServerReport::read(&server_json).context("the server's report")?;
     Ok(Row {
         mode: mode.to_string(),
         pacing: !args.no_pacing,
-        bytes: u(&c, "bytes_received"),
-        seconds: f(&c, "seconds"),
-        gbps: f(&c, "gbps"),
-        server_tx_per_syscall: f(&sv, "tx_datagrams_per_syscall"),
-        client_rx_per_syscall: f(&c, "rx_datagrams_per_syscall"),
-        client_tx_per_syscall: f(&c, "tx_datagrams_per_syscall"),
-        server_rx_per_syscall: f(&sv, "rx_datagrams_per_syscall"),
+        bytes: c.bytes_received,
+        seconds: c.seconds,
+        gbps: c.gbps,
+        server_tx_per_syscall: sv.tx_datagrams_per_syscall,
+        client_rx_per_syscall: c.rx_datagrams_per_syscall,
+        client_tx_per_syscall: c.tx_datagrams_per_syscall,
+        server_rx_per_syscall: sv.rx_datagrams_per_syscall,
         client_cpu_s: client.cpu().as_secs_f64(),
         server_cpu_s: server.cpu().as_secs_f64(),
-        kernel_drops: u(&c, "kernel_drops") + u(&sv, "kernel_drops"),
-        lost_packets: u(&c, "lost_packets") + u(&sv, "lost_packets"),
-        server_path_mtu: sv
-            .pointer("/driver/max_path_mtu")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
+        kernel_drops: c.kernel_drops + sv.kernel_drops,
+        lost_packets: c.lost_packets + sv.lost_packets,
+        server_path_mtu: u64::from(sv.driver.max_path_mtu),
         client: c,
         server: sv,
     })

@@ -221,9 +221,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("bad size {s:?} (expected e.g. 1000, 64K, 50M, 1G)"))
 }
 
-fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+fn write_json(path: &Path, report: &impl neqo_report::Report) -> anyhow::Result<()> {
+    std::fs::write(path, report.to_json()?).with_context(|| format!("writing {}", path.display()))
 }
 
 /// The binaries' allocator: mimalloc, where glibc's malloc and free were a quarter of the

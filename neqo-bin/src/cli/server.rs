@@ -554,7 +554,7 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         eprintln!("neqo-server exit stats: {}", report.summary());
     }
     if let Some(path) = &args.io.json {
-        write_json(path, &report)?;
+        write_json(path, &crate::report::server_report(report))?;
     }
     Ok(())
 }

@@ -105,7 +105,7 @@ impl ClientApp {
         report.handshake_ms = s.handshakes.percentiles();
         report.request_ms = s.latencies.percentiles();
         report.connection_gbps = load::spread(&s.connection_gbps);
-        report.fill(driver, io, self.first_connect, s.last_fin);
+        report::fill(&mut report, driver, io, self.first_connect, s.last_fin);
         report
     }
 

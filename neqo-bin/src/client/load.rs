@@ -4,58 +4,11 @@
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use neqo_report::{Percentiles, Spread};
 
 /// Highest latency the histograms record exactly (an hour, in microseconds); longer ones are
 /// recorded as this, so one absurd sample cannot fail a run.
 const MAX_MICROS: u64 = 3_600_000_000;
-
-/// Percentiles of a set of durations, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct Percentiles {
-    /// Samples.
-    pub count: u64,
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest.
-    pub max: f64,
-}
-
-impl std::fmt::Display for Percentiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "p50 {:.2} p90 {:.2} p99 {:.2} max {:.2} ms ({} samples)",
-            self.p50, self.p90, self.p99, self.max, self.count
-        )
-    }
-}
-
-/// Smallest, median and largest of a set of per-connection figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct Spread {
-    /// Connections.
-    pub count: usize,
-    /// Smallest.
-    pub min: f64,
-    /// Median.
-    pub median: f64,
-    /// Largest.
-    pub max: f64,
-}
-
-impl std::fmt::Display for Spread {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "min {:.3} median {:.3} max {:.3} ({} connections)",
-            self.min, self.median, self.max, self.count
-        )
-    }
-}
 
 /// Durations recorded as microseconds, with three significant digits.
 #[derive(Debug, Clone)]

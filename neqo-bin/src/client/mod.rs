@@ -26,10 +26,6 @@ use anyhow::{Context as _, bail};
 use url::Url;
 
 use self::{app::ClientApp, progress::Progress};
-pub use self::{
-    load::{Percentiles, Spread},
-    report::ClientReport,
-};
 use neqo_driver::{
     Driver, DriverConfig, TransportOptions,
     tls::{self, Trust},
@@ -38,6 +34,7 @@ use neqo_protocols::{
     ALPN_H3, ALPN_HQ, ALPN_PERF,
     hq::{self, Target},
 };
+pub use neqo_report::{ClientReport, Percentiles, Spread};
 
 /// What a client does.
 #[derive(Debug, Clone)]

@@ -58,7 +58,10 @@ pub fn scrape(addr: SocketAddr) -> HashMap<String, f64> {
 
 /// Stops a `neqo-server` child (SIGTERM, bounded), checks that it exited cleanly, and reads
 /// the JSON report it wrote to `json` (removed after).
-pub fn stop_and_report(server: test_fixtures::Server, json: &std::path::Path) -> serde_json::Value {
+pub fn stop_and_report(
+    server: test_fixtures::Server,
+    json: &std::path::Path,
+) -> neqo_report::ServerReport {
     let stopped = server.stop().unwrap();
     assert!(
         stopped.success(),
@@ -66,7 +69,7 @@ pub fn stop_and_report(server: test_fixtures::Server, json: &std::path::Path) ->
         stopped.ending(),
         stopped.stderr
     );
-    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let report = <neqo_report::ServerReport as neqo_report::Report>::read(json);
     let _ = std::fs::remove_file(json);
-    report
+    report.unwrap_or_else(|e| panic!("{e}"))
 }

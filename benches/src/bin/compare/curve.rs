@@ -13,9 +13,10 @@
 
 use std::{fmt::Write as _, process::Command, time::Duration};
 
+use neqo_report::ClientReport;
 use test_fixtures::{Impl, Server, release_binary, run};
 
-use super::{JsonFile, Peers, positive};
+use super::{JsonFile, Peers};
 
 /// The request size: big enough that a connection's transfer is mostly steady state.
 const REQUEST: u64 = 1 << 20;
@@ -127,29 +128,26 @@ fn one_run(
     let srv = srv.stop();
     let client = client.map_err(|e| format!("client: {e}"))?;
     let srv = srv.map_err(|e| format!("server: {e}"))?;
-    let report = client_json.take();
-    drop(server_json);
-    let count = |key: &str| report.get(key).and_then(serde_json::Value::as_u64);
-    let (Some(received), Some(done), Some(failed)) = (
-        count("bytes_received"),
-        count("requests"),
-        count("failed_requests"),
-    ) else {
-        let why = client.last_stderr_line().unwrap_or("no message");
-        return Err(format!("client: {}: {why}", client.ending()));
+    let report = match client_json.take::<ClientReport>() {
+        Ok(r) => r,
+        Err(e) => {
+            let why = client.last_stderr_line().unwrap_or("no message");
+            return Err(format!("client: {}: {why} ({e})", client.ending()));
+        }
     };
+    drop(server_json);
+    let (received, done, failed) = (
+        report.bytes_received,
+        report.requests,
+        report.failed_requests,
+    );
     // A server may refuse connections under load (msquic does when its worker is
     // overloaded): counted, and the figures are of what was served. Anything else is an error.
-    let refused = report
-        .get("errors")
-        .and_then(serde_json::Value::as_array)
-        .is_some_and(|e| {
-            !e.is_empty()
-                && e.iter().all(|m| {
-                    m.as_str()
-                        .is_some_and(|m| m.contains("refused the connection"))
-                })
-        });
+    let refused = !report.errors.is_empty()
+        && report
+            .errors
+            .iter()
+            .all(|m| m.contains("refused the connection"));
     if (!client.success() && !refused) || received != done * size || received == 0 {
         let why = client.last_stderr_line().unwrap_or("no message");
         return Err(format!(
@@ -166,19 +164,15 @@ fn one_run(
         .push(client.cpu().as_secs_f64() / gb);
     point
         .client_datagrams_k_per_gb
-        .extend(datagrams_sent_k_per_gb(&report, gb));
-    if let Some(g) = positive(&report, "gbps") {
-        point.gbps.push(g);
+        .push(datagrams_sent_k_per_gb(&report, gb));
+    if report.gbps.is_finite() && report.gbps > 0.0 {
+        point.gbps.push(report.gbps);
     }
-    let ms = |section: &str, key: &str| {
-        report
-            .get(section)
-            .and_then(|s| s.get(key))
-            .and_then(serde_json::Value::as_f64)
-    };
-    point.p50_ms.extend(ms("request_ms", "p50"));
-    point.p99_ms.extend(ms("request_ms", "p99"));
-    point.handshake_p99_ms.extend(ms("handshake_ms", "p99"));
+    point.p50_ms.extend(report.request_ms.map(|p| p.p50));
+    point.p99_ms.extend(report.request_ms.map(|p| p.p99));
+    point
+        .handshake_p99_ms
+        .extend(report.handshake_ms.map(|p| p.p99));
     #[expect(clippy::cast_precision_loss, reason = "KiB to MB")]
     let rss = srv.max_rss_kib as f64 / 1024.0;
     point.server_rss_mb = point.server_rss_mb.max(rss);
@@ -186,10 +180,10 @@ fn one_run(
 }
 
 /// Thousands of datagrams a `neqo-client` report says its sockets sent, per `gb` received.
-fn datagrams_sent_k_per_gb(report: &serde_json::Value, gb: f64) -> Option<f64> {
-    let sent = report.pointer("/socket/tx/datagrams")?.as_u64()?;
+fn datagrams_sent_k_per_gb(report: &ClientReport, gb: f64) -> f64 {
     #[expect(clippy::cast_precision_loss, reason = "a rate")]
-    Some(sent as f64 / gb / 1000.0)
+    let sent = report.socket.tx.datagrams as f64;
+    sent / gb / 1000.0
 }
 
 pub(super) fn median(v: &[f64]) -> Option<f64> {
@@ -316,10 +310,10 @@ mod tests {
 
     #[test]
     fn datagrams_sent_come_from_the_client_socket_report() {
-        let report = serde_json::json!({"socket": {"tx": {"datagrams": 72_100}}});
-        assert_eq!(datagrams_sent_k_per_gb(&report, 0.5), Some(144.2));
-        let none = serde_json::json!({"socket": {"rx": {"datagrams": 5}}});
-        assert_eq!(datagrams_sent_k_per_gb(&none, 1.0), None);
+        let mut report = ClientReport::default();
+        report.socket.tx.datagrams = 72_100;
+        report.socket.rx.datagrams = 5;
+        assert_eq!(datagrams_sent_k_per_gb(&report, 0.5), 144.2);
     }
 
     #[test]

@@ -41,6 +41,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use benches::args::{self, number_in};
 use clap::{Parser, Subcommand, builder::RangedU64ValueParser};
+use neqo_report::{ReadError, Report};
 
 mod curve;
 mod netns;
@@ -267,14 +268,11 @@ impl JsonFile {
         Self(path)
     }
 
-    /// The report, or `Null` when there is none or it does not parse.
-    fn take(&self) -> serde_json::Value {
-        let value = std::fs::read_to_string(&self.0)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
+    /// The report, or why there is none of type `T`.
+    fn take<T: Report>(&self) -> Result<T, ReadError> {
+        let report = T::read(&self.0);
         let _ = std::fs::remove_file(&self.0);
-        value
+        report
     }
 }
 
@@ -282,14 +280,6 @@ impl Drop for JsonFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-/// A positive number at `key` (msquic reports `null` where it has no figure).
-fn positive(report: &serde_json::Value, key: &str) -> Option<f64> {
-    report
-        .get(key)
-        .and_then(serde_json::Value::as_f64)
-        .filter(|v| v.is_finite() && *v > 0.0)
 }
 
 fn main() -> ExitCode {

@@ -11,6 +11,7 @@
 
 use std::{fmt::Write as _, process::Command, time::Duration};
 
+use neqo_report::{ServerReport, TransferFigures};
 use test_fixtures::{Impl, Measured, Server, cargo_build, release_binary, run};
 
 use super::{JsonFile, Peers, curve::median};
@@ -136,12 +137,15 @@ fn rcvbuf_errors() -> Option<u64> {
     values.split_whitespace().nth(i)?.parse().ok()
 }
 
-/// What neqo-server's report counts that the load drives, by JSON pointer(s) summed.
-const COUNTS: [(&str, &[&str]); 4] = [
-    ("datagrams received", &["/socket/rx/datagrams"]),
-    ("send syscalls", &["/socket/tx/syscalls"]),
-    ("wake-ups", &["/driver/io_wakes", "/driver/timer_wakes"]),
-    ("packets lost", &["/driver/lost_packets"]),
+/// One of the counts a neqo-server report holds.
+type Count = fn(&ServerReport) -> u64;
+
+/// What neqo-server's report counts that the load drives.
+const COUNTS: [(&str, Count); 4] = [
+    ("datagrams received", |r| r.socket.rx.datagrams),
+    ("send syscalls", |r| r.socket.tx.syscalls),
+    ("wake-ups", |r| r.driver.io_wakes + r.driver.timer_wakes),
+    ("packets lost", |r| r.driver.lost_packets),
 ];
 
 /// Runs `c` processes of `stack` against `server`, each fetching `requests` of `size` bytes.
@@ -201,14 +205,11 @@ fn one_run(
         // body was whole and matched.
         if stack == Stack::Quinn {
             let got = json
-                .take()
-                .get("bytes_received")
-                .and_then(serde_json::Value::as_u64);
-            if got != Some(requests * size) {
-                return Err(format!(
-                    "quinn client: {got:?} bytes of {}",
-                    requests * size
-                ));
+                .take::<TransferFigures>()
+                .map_err(|e| format!("quinn client: {e}"))?
+                .bytes_received;
+            if got != requests * size {
+                return Err(format!("quinn client: {got} bytes of {}", requests * size));
             }
         }
     }
@@ -221,17 +222,12 @@ fn one_run(
         point.drops_k_per_gb.push(d as f64 / gb / 1000.0);
     }
     if server == Impl::Neqo {
-        let report = server_json.take();
-        for ((_, pointers), v) in COUNTS.iter().zip(&mut point.counts_k_per_gb) {
-            let n: Option<u64> = pointers
-                .iter()
-                .map(|p| report.pointer(p).and_then(serde_json::Value::as_u64))
-                .sum();
-            match n {
-                #[expect(clippy::cast_precision_loss, reason = "a rate")]
-                Some(n) => v.push(n as f64 / gb / 1000.0),
-                None => return Err(format!("neqo-server's report has no {pointers:?}")),
-            }
+        let report = server_json
+            .take::<ServerReport>()
+            .map_err(|e| format!("server: {e}"))?;
+        for ((_, count), v) in COUNTS.iter().zip(&mut point.counts_k_per_gb) {
+            #[expect(clippy::cast_precision_loss, reason = "a rate")]
+            v.push(count(&report) as f64 / gb / 1000.0);
         }
     }
     Ok(())

@@ -2,12 +2,12 @@
 
 use std::{fmt::Write as _, time::Duration};
 
+use neqo_report::{ServerReport, TransferFigures};
 use test_fixtures::{Server, run};
 
 use super::{
     JsonFile, Peers,
     pairs::{PAIRS, Pair, client_command, missing, server_command},
-    positive,
 };
 
 #[derive(Debug, Default)]
@@ -45,13 +45,14 @@ fn one_run((index, pair): (usize, &Pair), bytes: u64, row: &mut Row) -> Result<(
         let why = client.last_stderr_line().unwrap_or("no message");
         return Err(format!("client: {}: {why}", client.ending()));
     }
-    let report = client_json.take();
-    let server_report = server_json.take();
+    let report = client_json
+        .take::<TransferFigures>()
+        .map_err(|e| format!("client: {e}"))?;
     row.times_ms.push(client.wall.as_secs_f64() * 1000.0);
-    if let Some(g) = positive(&report, "gbps") {
+    if let Some(g) = report.positive_gbps() {
         row.gbps.push(g);
     }
-    if let Some(t) = positive(&report, "rx_datagrams_per_syscall") {
+    if let Some(t) = report.positive_rx_datagrams_per_syscall() {
         row.client_rx_per_syscall.push(t);
     }
     #[expect(clippy::cast_precision_loss, reason = "a ratio for humans")]
@@ -61,10 +62,11 @@ fn one_run((index, pair): (usize, &Pair), bytes: u64, row: &mut Row) -> Result<(
     row.server_cpu_s_per_gb
         .push(server.cpu().as_secs_f64() / gb);
     if pair.neqo_server() {
-        match positive(&server_report, "tx_datagrams_per_syscall") {
-            Some(t) => row.server_tx_per_syscall.push(t),
-            None => eprintln!("compare: no datagrams per syscall in neqo-server's JSON report"),
-        }
+        let server_report = server_json
+            .take::<ServerReport>()
+            .map_err(|e| format!("server: {e}"))?;
+        row.server_tx_per_syscall
+            .push(server_report.tx_datagrams_per_syscall);
     }
     row.client_rss_mb = row.client_rss_mb.max(client.max_rss_kib as f64 / 1024.0);
     row.server_rss_mb = row.server_rss_mb.max(server.max_rss_kib as f64 / 1024.0);

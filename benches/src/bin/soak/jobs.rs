@@ -9,8 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use neqo_report::{ClientReport, ReadError, Report as _};
 use rand::{Rng as _, rngs::StdRng, seq::IndexedRandom as _};
-use serde_json::Value;
 use test_fixtures::{Server, release_binary};
 
 /// How often the impaired jobs' relay gives its client a new port.
@@ -562,23 +562,24 @@ impl Job {
             }
         };
         let stderr = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
-        let report: Option<Value> = std::fs::read_to_string(self.dir.join("client.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        let u = |k: &str| {
-            report
-                .as_ref()
-                .and_then(|r| r.get(k))
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
+        // A client that was killed, or failed before it could write, leaves no report: it
+        // delivered nothing the job can count.
+        let report = match ClientReport::read(&self.dir.join("client.json")) {
+            Ok(r) => Some(r),
+            Err(ReadError::Io { .. }) => None,
+            Err(e) => {
+                eprintln!("soak: {e}");
+                None
+            }
         };
+        let u = |f: fn(&ClientReport) -> u64| report.as_ref().map_or(0, f);
         let (requests, received, sent, failed) = (
-            u("requests"),
-            u("bytes_received"),
-            u("bytes_sent"),
-            u("failed_requests"),
+            u(|r| r.requests),
+            u(|r| r.bytes_received),
+            u(|r| r.bytes_sent),
+            u(|r| r.failed_requests),
         );
-        let (rejected, cancelled) = (u("rejected_requests"), u("cancelled_requests"));
+        let (rejected, cancelled) = (u(|r| r.rejected_requests), u(|r| r.cancelled_requests));
         // The job's own server, stopped by its SIGTERM (or now): its exit.
         let own = self
             .own_server
@@ -729,14 +730,10 @@ fn relay_rebinds(stdout: &str) -> Option<u64> {
 /// (RFC 9000 section 9; quinn-proto discards its packets), and one between a Retry and the
 /// Initial carrying its token no longer matches the token (section 8.1.3): either way the
 /// connection fails because of the injected fault.
-fn handshake_outlived_first_rebind(report: &Value) -> bool {
-    match report.get("handshake_ms") {
-        None | Some(Value::Null) => true,
-        Some(h) => h
-            .get("max")
-            .and_then(Value::as_f64)
-            .is_some_and(|ms| ms > REBIND_EVERY_MS as f64),
-    }
+fn handshake_outlived_first_rebind(report: &ClientReport) -> bool {
+    report
+        .handshake_ms
+        .is_none_or(|h| h.max > REBIND_EVERY_MS as f64)
 }
 
 impl Drop for Job {
@@ -766,16 +763,17 @@ mod tests {
 
     #[test]
     fn only_a_handshake_still_going_at_the_first_rebind_is_the_relays_fault() {
-        let report = |h: &str| -> Value {
-            serde_json::from_str(&format!(r#"{{"requests": 0, "handshake_ms": {h}}}"#)).unwrap()
+        let report = |max: Option<f64>| ClientReport {
+            handshake_ms: max.map(|max| neqo_report::Percentiles {
+                count: 1,
+                max,
+                ..Default::default()
+            }),
+            ..Default::default()
         };
         // The soak's two such failures: a handshake of 3 s, and none at all (Retry token).
-        assert!(handshake_outlived_first_rebind(&report(
-            r#"{"count": 1, "max": 3022.8}"#
-        )));
-        assert!(handshake_outlived_first_rebind(&report("null")));
-        assert!(!handshake_outlived_first_rebind(&report(
-            r#"{"count": 1, "max": 12.5}"#
-        )));
+        assert!(handshake_outlived_first_rebind(&report(Some(3022.8))));
+        assert!(handshake_outlived_first_rebind(&report(None)));
+        assert!(!handshake_outlived_first_rebind(&report(Some(12.5))));
     }
 }

@@ -1,0 +1,42 @@
+//! The reports of the benches' clients of other stacks, which `compare` reads as
+//! [`TransferFigures`](crate::TransferFigures) beside `neqo-client`'s.
+
+/// `tcp-tls client --json`: one download over kernel TCP and rustls, with the keys
+/// `neqo-client`'s report has for the same figures.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TcpTlsReport {
+    /// Response body bytes received.
+    pub bytes_received: u64,
+    /// Request bytes sent.
+    pub bytes_sent: u64,
+    /// Requests: one.
+    pub requests: u64,
+    /// Connections: one.
+    pub connections: u64,
+    /// From the connect to the body's end.
+    pub seconds: f64,
+    /// (received + sent) bits per second / 1e9 over `seconds`.
+    pub gbps: f64,
+    /// The TCP and TLS handshakes, milliseconds.
+    pub handshake_ms: f64,
+    /// The negotiated suite, as rustls names it (`TLS13_AES_128_GCM_SHA256`).
+    pub cipher_suite: String,
+}
+
+/// `quinn-load --json`: what quinn's own client verified of its requests.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QuinnLoadReport {
+    /// Requests completed with whole, verified bodies.
+    pub requests: u64,
+    /// Body bytes received.
+    pub bytes_received: u64,
+    /// From the first connect to the last body.
+    pub seconds: f64,
+    /// Datagrams quinn's endpoint sent.
+    pub datagrams_sent: u64,
+    /// Datagrams quinn's endpoint received.
+    pub datagrams_received: u64,
+    /// Why the load failed, if it did (the counts are then zeros).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub error: Option<String>,
+}
