@@ -9,9 +9,12 @@ use std::{
     time::Duration,
 };
 
-use test_fixtures::{Measured, Server, run};
+#[cfg(unix)]
+use test_fixtures::Server;
+use test_fixtures::{Measured, run};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
+#[cfg(unix)]
 const CLIENT: &str = env!("CARGO_BIN_EXE_neqo-client");
 
 /// How long a server may take to say where it listens, and a command to finish.
@@ -42,6 +45,7 @@ fn server(args: &[&str], env: &[(&str, &str)]) -> Command {
     c
 }
 
+#[cfg(unix)]
 fn start(cmd: &mut Command) -> Server {
     Server::start(cmd, LIMIT).unwrap_or_else(|e| panic!("server did not start: {e}"))
 }
@@ -58,6 +62,7 @@ fn refused(cmd: &mut Command) -> String {
 }
 
 /// A client fetch of `/N` from `server` with `args`; its output.
+#[cfg(unix)]
 fn fetch(server: &Server, path: &str, args: &[&str], env: &[(&str, &str)]) -> Measured {
     let mut c = Command::new(CLIENT);
     c.arg(format!("https://{}{path}", server.addr()))
