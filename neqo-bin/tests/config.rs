@@ -114,6 +114,66 @@ fn a_server_runs_from_its_config_file() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// The same settings given as a file, as variables and as flags make the same server: the
+/// same root served byte-exact, `/N` generated (`generate`), only `hq-interop` offered.
+#[cfg(unix)]
+#[test]
+fn a_file_variables_and_flags_make_the_same_server() {
+    let d = dir("three-ways");
+    let root = d.join("www");
+    std::fs::create_dir(&root).unwrap();
+    let body: Vec<u8> = (0..50_001u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(root.join("f.bin"), &body).unwrap();
+    let root = root.to_str().unwrap();
+    let cfg = write(
+        &d.join("s.toml"),
+        &format!(
+            "listen = \"127.0.0.1:0\"\nroot = {root:?}\ngenerate = true\nalpn = \
+             [\"hq-interop\"]\nworkers = 1\n"
+        ),
+    );
+    let env = [
+        ("NEQO_SERVER_LISTEN", "127.0.0.1:0"),
+        ("NEQO_SERVER_ROOT", root),
+        ("NEQO_SERVER_GENERATE", "true"),
+        ("NEQO_SERVER_ALPN", "hq-interop"),
+        ("NEQO_SERVER_WORKERS", "1"),
+    ];
+    let flags = [
+        "--listen",
+        "127.0.0.1:0",
+        "--root",
+        root,
+        "--generate",
+        "--alpn",
+        "hq-interop",
+        "--workers",
+        "1",
+    ];
+    for (how, mut cmd) in [
+        ("file", server(&["--config", &cfg], &[])),
+        ("variables", server(&[], &env)),
+        ("flags", server(&flags, &[])),
+    ] {
+        let s = start(&mut cmd);
+        let out_file = d.join(format!("{how}.bin"));
+        let out = fetch(
+            &s,
+            "/f.bin",
+            &["--insecure", "-o", out_file.to_str().unwrap()],
+            &[],
+        );
+        assert!(out.success(), "{how}: {}", out.stderr);
+        assert_eq!(std::fs::read(&out_file).unwrap(), body, "{how}");
+        let out = fetch(&s, "/70000", &["--insecure"], &[]);
+        assert!(out.success(), "{how}: generated: {}", out.stderr);
+        let out = fetch(&s, "/", &["--insecure", "--alpn", "perf"], &[]);
+        assert!(!out.success(), "{how}: perf offered");
+        s.stop().unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// The example configuration in deploy/ names only real settings with values of their
 /// kinds: a server starts from it once the flags move what needs the host (port 443, the
 /// certificate files, the state and web directories) to this test's own.
