@@ -8,7 +8,7 @@
 
 use std::{fmt, fmt::Write as _, fs, path::Path, time::Duration};
 
-use serde_json::Value;
+use neqo_report::{ClientReport, Report as _, ServerReport};
 use test_fixtures::Impl;
 
 /// One test case.
@@ -82,6 +82,117 @@ pub enum Want {
     OnePerFile,
 }
 
+/// A counter of neqo's JSON reports that a check reads.
+///
+/// Both reports carry the same driver and TLS counter structs, but some of those count what
+/// only one side does (the server sends Retries, the client accepts them): read from the
+/// other side they are always 0, so a check of them there would pass or fail whatever
+/// happened. Each counter says which sides keep it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    Connections,
+    DriverAccepted,
+    DriverRetries,
+    DriverPathChallenges,
+    TxEcnEct0,
+    TxEcnNotEct,
+    RxEcnEct0,
+    TlsRetriesAccepted,
+    TlsFullHandshakes,
+    TlsTicketsRedeemed,
+    TlsZeroRttAttempted,
+    TlsZeroRttAccepted,
+    TlsKeyUpdates,
+    TlsKeyUpdatesForced,
+    Http3Responses,
+}
+
+impl Counter {
+    #[cfg(test)]
+    const ALL: [Self; 15] = [
+        Self::Connections,
+        Self::DriverAccepted,
+        Self::DriverRetries,
+        Self::DriverPathChallenges,
+        Self::TxEcnEct0,
+        Self::TxEcnNotEct,
+        Self::RxEcnEct0,
+        Self::TlsRetriesAccepted,
+        Self::TlsFullHandshakes,
+        Self::TlsTicketsRedeemed,
+        Self::TlsZeroRttAttempted,
+        Self::TlsZeroRttAccepted,
+        Self::TlsKeyUpdates,
+        Self::TlsKeyUpdatesForced,
+        Self::Http3Responses,
+    ];
+
+    /// Its path in the JSON report, dotted: what messages call it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Connections => "connections",
+            Self::DriverAccepted => "driver.accepted",
+            Self::DriverRetries => "driver.retries",
+            Self::DriverPathChallenges => "driver.path_challenges",
+            Self::TxEcnEct0 => "driver.tx_ecn.ect0",
+            Self::TxEcnNotEct => "driver.tx_ecn.not_ect",
+            Self::RxEcnEct0 => "driver.rx_ecn.ect0",
+            Self::TlsRetriesAccepted => "tls.retries_accepted",
+            Self::TlsFullHandshakes => "tls.full_handshakes",
+            Self::TlsTicketsRedeemed => "tls.tickets_redeemed",
+            Self::TlsZeroRttAttempted => "tls.zero_rtt_attempted",
+            Self::TlsZeroRttAccepted => "tls.zero_rtt_accepted",
+            Self::TlsKeyUpdates => "tls.key_updates",
+            Self::TlsKeyUpdatesForced => "tls.key_updates_forced",
+            Self::Http3Responses => "http3.responses",
+        }
+    }
+
+    /// Its value in a client's report; `None` if clients do not keep it.
+    pub const fn client(self, r: &ClientReport) -> Option<u64> {
+        let (d, t) = (&r.driver, &r.tls);
+        Some(match self {
+            Self::Connections => r.connections,
+            Self::DriverPathChallenges => d.path_challenges,
+            Self::TxEcnEct0 => d.tx_ecn.ect0,
+            Self::TxEcnNotEct => d.tx_ecn.not_ect,
+            Self::RxEcnEct0 => d.rx_ecn.ect0,
+            Self::TlsRetriesAccepted => t.retries_accepted,
+            Self::TlsFullHandshakes => t.full_handshakes,
+            Self::TlsZeroRttAttempted => t.zero_rtt_attempted,
+            Self::TlsZeroRttAccepted => t.zero_rtt_accepted,
+            Self::TlsKeyUpdates => t.key_updates,
+            Self::TlsKeyUpdatesForced => t.key_updates_forced,
+            Self::DriverAccepted
+            | Self::DriverRetries
+            | Self::TlsTicketsRedeemed
+            | Self::Http3Responses => return None,
+        })
+    }
+
+    /// Its value in the server's report; `None` if the server does not keep it.
+    pub const fn server(self, r: &ServerReport) -> Option<u64> {
+        let (d, t) = (&r.driver, &r.tls);
+        Some(match self {
+            Self::DriverAccepted => d.accepted,
+            Self::DriverRetries => d.retries,
+            Self::DriverPathChallenges => d.path_challenges,
+            Self::TxEcnEct0 => d.tx_ecn.ect0,
+            Self::TxEcnNotEct => d.tx_ecn.not_ect,
+            Self::RxEcnEct0 => d.rx_ecn.ect0,
+            Self::TlsTicketsRedeemed => t.tickets_redeemed,
+            Self::TlsZeroRttAttempted => t.zero_rtt_attempted,
+            Self::TlsKeyUpdates => t.key_updates,
+            Self::Http3Responses => r.http3.responses,
+            Self::Connections
+            | Self::TlsRetriesAccepted
+            | Self::TlsFullHandshakes
+            | Self::TlsZeroRttAccepted
+            | Self::TlsKeyUpdatesForced => return None,
+        })
+    }
+}
+
 /// What the relay must have done at least once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Impairment {
@@ -96,9 +207,9 @@ pub enum Impairment {
 pub enum Check {
     /// Every file was downloaded, byte for byte.
     FilesEqual,
-    /// A counter of a neqo endpoint's JSON report, by its path (the client's summed over its
-    /// processes). An msquic side writes no such report and is not checked.
-    Counter(Side, &'static [&'static str], Want),
+    /// A counter of a neqo endpoint's JSON report (the client's summed over its processes).
+    /// An msquic side writes no such report and is not checked.
+    Counter(Side, Counter, Want),
     /// Every neqo client process negotiated this ALPN.
     Alpn(&'static str),
     /// The relay did this to at least one datagram (or, `Rebound`, the client's address).
@@ -165,7 +276,7 @@ const REBIND_CHECKS: &[Check] = &[
     Check::Relay(Impairment::Rebound),
     Check::Counter(
         Side::Server,
-        &["driver", "path_challenges"],
+        Counter::DriverPathChallenges,
         Want::AtLeast(1),
     ),
 ];
@@ -177,9 +288,9 @@ pub const CASES: &[Case] = &[
         files: Files::Sized(&[1024]),
         checks: &[
             Check::FilesEqual,
-            Check::Counter(Side::Client, &["connections"], Want::Eq(1)),
-            Check::Counter(Side::Server, &["driver", "accepted"], Want::Eq(1)),
-            Check::Counter(Side::Server, &["driver", "retries"], Want::Eq(0)),
+            Check::Counter(Side::Client, Counter::Connections, Want::Eq(1)),
+            Check::Counter(Side::Server, Counter::DriverAccepted, Want::Eq(1)),
+            Check::Counter(Side::Server, Counter::DriverRetries, Want::Eq(0)),
         ],
         ..BASE
     },
@@ -229,8 +340,8 @@ pub const CASES: &[Case] = &[
         },
         checks: &[
             Check::FilesEqual,
-            Check::Counter(Side::Server, &["driver", "retries"], Want::AtLeast(1)),
-            Check::Counter(Side::Client, &["tls", "retries_accepted"], Want::AtLeast(1)),
+            Check::Counter(Side::Server, Counter::DriverRetries, Want::AtLeast(1)),
+            Check::Counter(Side::Client, Counter::TlsRetriesAccepted, Want::AtLeast(1)),
         ],
         ..BASE
     },
@@ -243,9 +354,9 @@ pub const CASES: &[Case] = &[
         },
         checks: &[
             Check::FilesEqual,
-            Check::Counter(Side::Client, &["connections"], Want::Eq(2)),
-            Check::Counter(Side::Client, &["tls", "full_handshakes"], Want::Eq(1)),
-            Check::Counter(Side::Server, &["tls", "tickets_redeemed"], Want::AtLeast(1)),
+            Check::Counter(Side::Client, Counter::Connections, Want::Eq(2)),
+            Check::Counter(Side::Client, Counter::TlsFullHandshakes, Want::Eq(1)),
+            Check::Counter(Side::Server, Counter::TlsTicketsRedeemed, Want::AtLeast(1)),
         ],
         ..BASE
     },
@@ -258,16 +369,8 @@ pub const CASES: &[Case] = &[
         },
         checks: &[
             Check::FilesEqual,
-            Check::Counter(
-                Side::Client,
-                &["tls", "zero_rtt_accepted"],
-                Want::AtLeast(1),
-            ),
-            Check::Counter(
-                Side::Server,
-                &["tls", "zero_rtt_attempted"],
-                Want::AtLeast(1),
-            ),
+            Check::Counter(Side::Client, Counter::TlsZeroRttAccepted, Want::AtLeast(1)),
+            Check::Counter(Side::Server, Counter::TlsZeroRttAttempted, Want::AtLeast(1)),
         ],
         ..BASE
     },
@@ -283,8 +386,8 @@ pub const CASES: &[Case] = &[
         checks: &[
             Check::FilesEqual,
             Check::Alpn("h3"),
-            Check::Counter(Side::Client, &["connections"], Want::Eq(1)),
-            Check::Counter(Side::Server, &["http3", "responses"], Want::OnePerFile),
+            Check::Counter(Side::Client, Counter::Connections, Want::Eq(1)),
+            Check::Counter(Side::Server, Counter::Http3Responses, Want::OnePerFile),
         ],
         ..BASE
     },
@@ -297,12 +400,8 @@ pub const CASES: &[Case] = &[
         },
         checks: &[
             Check::FilesEqual,
-            Check::Counter(
-                Side::Client,
-                &["tls", "key_updates_forced"],
-                Want::AtLeast(1),
-            ),
-            Check::Counter(Side::Server, &["tls", "key_updates"], Want::AtLeast(1)),
+            Check::Counter(Side::Client, Counter::TlsKeyUpdatesForced, Want::AtLeast(1)),
+            Check::Counter(Side::Server, Counter::TlsKeyUpdates, Want::AtLeast(1)),
         ],
         ..BASE
     },
@@ -310,10 +409,10 @@ pub const CASES: &[Case] = &[
         name: "ecn",
         checks: &[
             Check::FilesEqual,
-            Check::Counter(Side::Both, &["driver", "tx_ecn", "ect0"], Want::AtLeast(1)),
+            Check::Counter(Side::Both, Counter::TxEcnEct0, Want::AtLeast(1)),
             // quinn-proto stops marking at the first ACK without (valid) ECN counts.
-            Check::Counter(Side::Both, &["driver", "tx_ecn", "not_ect"], Want::Eq(0)),
-            Check::Counter(Side::Both, &["driver", "rx_ecn", "ect0"], Want::AtLeast(1)),
+            Check::Counter(Side::Both, Counter::TxEcnNotEct, Want::Eq(0)),
+            Check::Counter(Side::Both, Counter::RxEcnEct0, Want::AtLeast(1)),
         ],
         ..BASE
     },
@@ -574,19 +673,19 @@ impl Check {
                     }
                 }
             }
-            Self::Counter(side, path, want) => {
+            Self::Counter(side, counter, want) => {
                 let files = case.files().len() as u64;
                 let client = matches!(side, Side::Client | Side::Both)
-                    .then(|| ("client", run.reports.client(path)));
+                    .then(|| ("client", run.reports.client(counter)));
                 let server = matches!(side, Side::Server | Side::Both)
-                    .then(|| ("server", run.reports.server(path)));
+                    .then(|| ("server", run.reports.server(counter)));
                 for (side, value) in [client, server].into_iter().flatten() {
-                    let Some(v) = value else { continue };
-                    let path = path.join(".");
+                    let Some(v) = value? else { continue };
+                    let name = counter.name();
                     if !want.holds(v, files) {
-                        return Err(format!("{side} {path}: {v}, {}", want.describe(files)));
+                        return Err(format!("{side} {name}: {v}, {}", want.describe(files)));
                     }
-                    let _ = write!(seen, "{side} {path} {v}; ");
+                    let _ = write!(seen, "{side} {name} {v}; ");
                 }
             }
             Self::Alpn(want) => {
@@ -594,7 +693,7 @@ impl Check {
                     .reports
                     .clients
                     .iter()
-                    .map(|v| v.get("alpn").and_then(Value::as_str).unwrap_or("none"))
+                    .map(|r| r.alpn.as_str())
                     .collect();
                 if alpns.iter().any(|a| *a != want) {
                     return Err(format!("the client spoke {alpns:?}, not {want}"));
@@ -671,15 +770,15 @@ pub fn content(name: &str, len: usize) -> Vec<u8> {
 /// The JSON reports of the neqo side(s): the client's (one per process) and the server's.
 #[derive(Debug, Default)]
 pub struct Reports {
-    pub clients: Vec<Value>,
-    pub server: Option<Value>,
+    pub clients: Vec<ClientReport>,
+    pub server: Option<ServerReport>,
 }
 
 impl Reports {
     /// Those in `dir` of the neqo sides among `client` and `server`.
     ///
     /// # Errors
-    /// A neqo side's report missing or unreadable.
+    /// A neqo side's report missing, unreadable, or lacking a field (named, with the file).
     pub fn read(dir: &Path, client: Impl, server: Impl) -> Result<Self, String> {
         let mut clients = Vec::new();
         if client == Impl::Neqo {
@@ -688,42 +787,49 @@ impl Reports {
                 if !p.exists() {
                     break;
                 }
-                clients.push(report(&p)?);
+                clients.push(ClientReport::read(&p).map_err(|e| e.to_string())?);
             }
             if clients.is_empty() {
                 return Err("no client report".to_owned());
             }
         }
         let server = if server == Impl::Neqo {
-            Some(report(&dir.join("server.json"))?)
+            Some(ServerReport::read(&dir.join("server.json")).map_err(|e| e.to_string())?)
         } else {
             None
         };
         Ok(Self { clients, server })
     }
 
-    /// A client counter, summed over its processes (`None` for the msquic client).
-    fn client(&self, path: &[&str]) -> Option<u64> {
-        (!self.clients.is_empty()).then(|| self.clients.iter().map(|v| num(v, path)).sum())
+    /// A client counter, summed over its processes: `None` for the msquic client.
+    ///
+    /// # Errors
+    /// A counter clients do not keep.
+    fn client(&self, c: Counter) -> Result<Option<u64>, String> {
+        if self.clients.is_empty() {
+            return Ok(None);
+        }
+        self.clients
+            .iter()
+            .map(|r| c.client(r))
+            .sum::<Option<u64>>()
+            .map(Some)
+            .ok_or_else(|| format!("the client keeps no {}", c.name()))
     }
 
-    fn server(&self, path: &[&str]) -> Option<u64> {
-        self.server.as_ref().map(|v| num(v, path))
+    /// A server counter: `None` for the msquic server.
+    ///
+    /// # Errors
+    /// A counter the server does not keep.
+    fn server(&self, c: Counter) -> Result<Option<u64>, String> {
+        self.server
+            .as_ref()
+            .map(|r| {
+                c.server(r)
+                    .ok_or_else(|| format!("the server keeps no {}", c.name()))
+            })
+            .transpose()
     }
-}
-
-/// Reads a JSON report.
-fn report(path: &Path) -> Result<Value, String> {
-    let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// `v[path...]` as a number (0 when absent).
-fn num(v: &Value, path: &[&str]) -> u64 {
-    path.iter()
-        .try_fold(v, |v, k| v.get(k))
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
 }
 
 /// What the relay's final report says, both ways.
@@ -768,7 +874,8 @@ impl RelayCounts {
 mod tests {
     use std::path::PathBuf;
 
-    use serde_json::json;
+    use neqo_report::{DriverCounters, EcnCounts};
+    use serde_json::Value;
 
     use super::*;
 
@@ -791,7 +898,21 @@ mod tests {
         dir
     }
 
-    fn neqo_reports(client: Value, server: Value) -> Reports {
+    /// A client report of zeros and empty strings, changed by `set`.
+    fn client_report(set: impl FnOnce(&mut ClientReport)) -> ClientReport {
+        let mut r = ClientReport::default();
+        set(&mut r);
+        r
+    }
+
+    /// A server report of zeros and empty strings, changed by `set`.
+    fn server_report(set: impl FnOnce(&mut ServerReport)) -> ServerReport {
+        let mut r = ServerReport::default();
+        set(&mut r);
+        r
+    }
+
+    fn neqo_reports(client: ClientReport, server: ServerReport) -> Reports {
         Reports {
             clients: vec![client],
             server: Some(server),
@@ -916,8 +1037,8 @@ mod tests {
         let run = evidence(
             &dir,
             neqo_reports(
-                json!({"tls": {"retries_accepted": 1}}),
-                json!({"driver": {"retries": 0}}),
+                client_report(|r| r.tls.retries_accepted = 1),
+                server_report(|r| r.driver.retries = 0),
             ),
             RelayCounts::default(),
         );
@@ -932,8 +1053,8 @@ mod tests {
         let run = evidence(
             &dir,
             neqo_reports(
-                json!({"tls": {"retries_accepted": 1}}),
-                json!({"driver": {"retries": 2}}),
+                client_report(|r| r.tls.retries_accepted = 1),
+                server_report(|r| r.driver.retries = 2),
             ),
             RelayCounts::default(),
         );
@@ -952,7 +1073,9 @@ mod tests {
         run.server = Impl::Msquic;
         assert_eq!(c.verify(&run).unwrap(), "");
         // A neqo client with two connections where the case wants one.
-        run.reports.clients.push(json!({"connections": 2}));
+        run.reports
+            .clients
+            .push(client_report(|r| r.connections = 2));
         let e = c.verify(&run).unwrap_err();
         assert_eq!(e.to_string(), "handshake: client connections: 2, wanted 1");
         fs::remove_dir_all(dir).unwrap();
@@ -980,7 +1103,18 @@ mod tests {
     #[test]
     fn ecn_checks_both_sides() {
         let c = case("ecn");
-        let ecn = |tx: u64, unmarked: u64, rx: u64| json!({"driver": {"tx_ecn": {"ect0": tx, "not_ect": unmarked}, "rx_ecn": {"ect0": rx}}});
+        let ecn = |tx: u64, unmarked: u64, rx: u64| DriverCounters {
+            tx_ecn: EcnCounts {
+                ect0: tx,
+                not_ect: unmarked,
+                ..EcnCounts::default()
+            },
+            rx_ecn: EcnCounts {
+                ect0: rx,
+                ..EcnCounts::default()
+            },
+            ..DriverCounters::default()
+        };
         let dir = PathBuf::new();
         let cases = [
             (ecn(5, 0, 5), ecn(5, 0, 5), None),
@@ -1001,7 +1135,11 @@ mod tests {
             ),
         ];
         for (client, server, want) in cases {
-            let run = evidence(&dir, neqo_reports(client, server), RelayCounts::default());
+            let reports = neqo_reports(
+                client_report(|r| r.driver = client),
+                server_report(|r| r.driver = server),
+            );
+            let run = evidence(&dir, reports, RelayCounts::default());
             let got = c.checks[1..]
                 .iter()
                 .try_for_each(|&k| check(k, c, &run).map(drop));
@@ -1013,10 +1151,16 @@ mod tests {
     fn http3_wants_h3_and_one_response_per_file() {
         let c = case("http3");
         let dir = PathBuf::new();
-        let server = |n: u64| json!({"http3": {"responses": n}});
+        let server = |n: u64| server_report(|r| r.http3.responses = n);
         let run = evidence(
             &dir,
-            neqo_reports(json!({"alpn": "hq-interop", "connections": 1}), server(3)),
+            neqo_reports(
+                client_report(|r| {
+                    r.alpn = "hq-interop".to_owned();
+                    r.connections = 1;
+                }),
+                server(3),
+            ),
             RelayCounts::default(),
         );
         assert_eq!(
@@ -1026,7 +1170,7 @@ mod tests {
         let responses = c.checks[3];
         let run = evidence(
             &dir,
-            neqo_reports(json!({"alpn": "h3"}), server(2)),
+            neqo_reports(client_report(|r| r.alpn = "h3".to_owned()), server(2)),
             RelayCounts::default(),
         );
         assert!(check(Check::Alpn("h3"), c, &run).is_ok());
@@ -1034,6 +1178,133 @@ mod tests {
             check(responses, c, &run).unwrap_err(),
             "server http3.responses: 2, wanted 3, one per file"
         );
+    }
+
+    /// Whether every side `side` names keeps `counter`.
+    fn kept_by(side: Side, counter: Counter) -> bool {
+        let client = counter.client(&ClientReport::default()).is_some();
+        let server = counter.server(&ServerReport::default()).is_some();
+        match side {
+            Side::Client => client,
+            Side::Server => server,
+            Side::Both => client && server,
+        }
+    }
+
+    #[test]
+    fn every_counter_checked_is_kept_by_the_sides_checked() {
+        for c in CASES {
+            for check in c.checks {
+                if let Check::Counter(side, counter, _) = *check {
+                    assert!(
+                        kept_by(side, counter),
+                        "{}: {side:?} keeps no {}",
+                        c.name,
+                        counter.name()
+                    );
+                }
+            }
+        }
+        // What a wrong row would be caught by.
+        assert!(!kept_by(Side::Client, Counter::DriverRetries));
+        assert!(!kept_by(Side::Server, Counter::Connections));
+        assert!(!kept_by(Side::Both, Counter::Http3Responses));
+        assert!(kept_by(Side::Both, Counter::TxEcnEct0));
+    }
+
+    /// A row whose side does not keep its counter fails rather than reading a 0.
+    #[test]
+    fn a_counter_the_side_does_not_keep_fails() {
+        let c = case("handshake");
+        let run = evidence(
+            Path::new(""),
+            neqo_reports(ClientReport::default(), ServerReport::default()),
+            RelayCounts::default(),
+        );
+        let wrong = Check::Counter(Side::Client, Counter::DriverRetries, Want::Eq(0));
+        assert_eq!(
+            check(wrong, c, &run).unwrap_err(),
+            "the client keeps no driver.retries"
+        );
+        let wrong = Check::Counter(Side::Both, Counter::Connections, Want::Eq(0));
+        assert_eq!(
+            check(wrong, c, &run).unwrap_err(),
+            "the server keeps no connections"
+        );
+    }
+
+    /// Each counter's name is its path in the report's JSON, and its reader reads that field:
+    /// a distinct number written at the path comes back through the reader.
+    #[test]
+    fn counter_names_are_their_json_paths() {
+        fn at<'v>(v: &'v mut Value, name: &str) -> &'v mut Value {
+            name.split('.').fold(v, |v, k| {
+                v.get_mut(k)
+                    .unwrap_or_else(|| panic!("{name}: no {k} in the report"))
+            })
+        }
+        for (i, counter) in Counter::ALL.into_iter().enumerate() {
+            let n = 1000 + i as u64;
+            let name = counter.name();
+            let mut sides = 0;
+            if counter.client(&ClientReport::default()).is_some() {
+                let mut v = serde_json::to_value(ClientReport::default()).unwrap();
+                *at(&mut v, name) = n.into();
+                let r: ClientReport = serde_json::from_value(v).unwrap();
+                assert_eq!(counter.client(&r), Some(n), "client {name}");
+                sides += 1;
+            }
+            if counter.server(&ServerReport::default()).is_some() {
+                let mut v = serde_json::to_value(ServerReport::default()).unwrap();
+                *at(&mut v, name) = n.into();
+                let r: ServerReport = serde_json::from_value(v).unwrap();
+                assert_eq!(counter.server(&r), Some(n), "server {name}");
+                sides += 1;
+            }
+            assert!(sides > 0, "{name}: kept by neither side");
+            assert!(
+                Counter::ALL[..i].iter().all(|o| o.name() != name),
+                "{name} twice"
+            );
+        }
+    }
+
+    /// A report without a field the runner reads is an error naming the file and the field,
+    /// not a 0.
+    #[test]
+    fn a_report_missing_a_field_is_refused() {
+        let dir =
+            std::env::temp_dir().join(format!("neqo-interop-test-{}-reports", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let server = ServerReport::default().to_json().unwrap();
+        fs::write(dir.join("server.json"), &server).unwrap();
+        let mut client = serde_json::to_value(ClientReport::default()).unwrap();
+        fs::write(
+            dir.join("client-1.json"),
+            serde_json::to_string(&client).unwrap(),
+        )
+        .unwrap();
+        let r = Reports::read(&dir, Impl::Neqo, Impl::Neqo).unwrap();
+        assert_eq!((r.clients.len(), r.server.is_some()), (1, true));
+
+        client["tls"]
+            .as_object_mut()
+            .unwrap()
+            .remove("full_handshakes");
+        fs::write(
+            dir.join("client-1.json"),
+            serde_json::to_string(&client).unwrap(),
+        )
+        .unwrap();
+        let e = Reports::read(&dir, Impl::Neqo, Impl::Neqo).unwrap_err();
+        assert!(
+            e.contains("client-1.json") && e.contains("missing field `full_handshakes`"),
+            "{e}"
+        );
+        // An msquic client's side is not read.
+        assert!(Reports::read(&dir, Impl::Msquic, Impl::Neqo).is_ok());
+        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
