@@ -373,10 +373,8 @@ fn a_client_takes_a_file_and_variables() {
         &[],
     );
     assert!(out.success(), "{}", out.stderr);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(report["requests"], 3, "{report}");
-    assert_eq!(report["bytes_received"], 3000, "{report}");
+    let report = <neqo_report::ClientReport as neqo_report::Report>::read(&json).unwrap();
+    assert_eq!((report.requests, report.bytes_received), (3, 3000));
     let out = fetch(&s, "/1000", &[], &[("NEQO_CLIENT_INSECURE", "true")]);
     assert!(out.success(), "{}", out.stderr);
     let bad = write(&d.join("bad.toml"), "insecure = true\nrequests = 0\n");
