@@ -198,3 +198,61 @@ fn a_log_that_cannot_be_opened_is_refused_at_start() {
         out.stderr
     );
 }
+
+/// After logrotate moves the log away, SIGHUP opens it anew: lines before go to the moved
+/// file, lines after to the new one, none lost; a server on its self-signed certificate
+/// reports no refused certificate reload for it.
+#[test]
+fn sighup_opens_the_log_again_after_a_rotation() {
+    let d = dir("rotate");
+    let log = d.join("access.log");
+    let rotated = d.join("access.log.1");
+    let server = Server::start(
+        Command::new(SERVER).args([
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--access-log",
+            log.to_str().unwrap(),
+        ]),
+        LIMIT,
+    )
+    .expect("server starts");
+    assert!(fetch(&server, "hq-interop", &["/1000"], &[]).success());
+    std::fs::rename(&log, &rotated).unwrap();
+    let ok = Command::new("kill")
+        .args(["-HUP", &server.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -HUP");
+    // The server opens the file again when it takes the signal (bounded wait).
+    for _ in 0..400 {
+        if log.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(log.exists(), "the log was not opened again");
+    assert!(fetch(&server, "hq-interop", &["/2000"], &[]).success());
+    let stopped = server.stop().unwrap();
+    assert!(!stopped.killed);
+    assert!(
+        stopped.stderr.contains("SIGHUP: access log") && stopped.stderr.contains("opened again"),
+        "{}",
+        stopped.stderr
+    );
+    assert!(
+        !stopped.stderr.contains("certificates not reloaded"),
+        "{}",
+        stopped.stderr
+    );
+    let before = std::fs::read_to_string(&rotated).unwrap();
+    let after = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(before.lines().count(), 1, "{before}");
+    assert!(before.contains("\"GET /1000 hq-interop\""), "{before}");
+    assert_eq!(after.lines().count(), 1, "{after}");
+    assert!(after.contains("\"GET /2000 hq-interop\""), "{after}");
+    let _ = std::fs::remove_dir_all(&d);
+}

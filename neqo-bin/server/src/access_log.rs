@@ -2,7 +2,8 @@
 //! waits for it. Workers hand records over a bounded channel ([`AccessLog::log`] never
 //! blocks: a record that finds it full is dropped and counted); the writer buffers lines and
 //! writes them when its buffer fills, once a second, or when the log closes, so a busy server
-//! makes one write for many requests.
+//! makes one write for many requests. [`AccessLog::reopen`] switches it to a new output (a
+//! log file opened again after logrotate moved it away) without losing a line.
 
 use std::{
     fmt::Write as _,
@@ -84,9 +85,24 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct AccessLog(Arc<Shared>);
 
+/// What the writer is handed: a line to write, or a new place to write to.
+enum Message {
+    Record(Record),
+    Reopen(Box<dyn Write + Send>),
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Record(r) => r.fmt(f),
+            Self::Reopen(_) => f.write_str("Reopen"),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
-    tx: Mutex<Option<SyncSender<Record>>>,
+    tx: Mutex<Option<SyncSender<Message>>>,
     dropped: AtomicU64,
     written: AtomicU64,
     thread: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
@@ -98,7 +114,7 @@ impl AccessLog {
     /// # Errors
     /// The system refused the thread.
     pub fn start(out: Box<dyn Write + Send>, format: AccessLogFormat) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::sync_channel::<Record>(CHANNEL);
+        let (tx, rx) = mpsc::sync_channel::<Message>(CHANNEL);
         let shared = Arc::new(Shared {
             tx: Mutex::new(Some(tx)),
             dropped: AtomicU64::new(0),
@@ -118,9 +134,30 @@ impl AccessLog {
     pub fn log(&self, record: Record) {
         let tx = self.0.tx.lock().unwrap_or_else(PoisonError::into_inner);
         // Full (the writer behind) or closed: either way the record is not written.
-        if tx.as_ref().is_none_or(|tx| tx.try_send(record).is_err()) {
+        if tx
+            .as_ref()
+            .is_none_or(|tx| tx.try_send(Message::Record(record)).is_err())
+        {
             self.0.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Writes what is waiting to the current output, then everything after to `out`.
+    /// Waits for room in the channel rather than drop the switch.
+    ///
+    /// # Errors
+    /// The log is closed.
+    pub fn reopen(&self, out: Box<dyn Write + Send>) -> std::io::Result<()> {
+        // Cloned out of the lock, so that waiting for room does not block the workers' logging.
+        let tx = self
+            .0
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        tx.ok_or_else(|| std::io::Error::other("the access log is closed"))?
+            .send(Message::Reopen(out))
+            .map_err(|_| std::io::Error::other("the access log's writer is gone"))
     }
 
     /// Records dropped so far (the writer behind, or closed).
@@ -164,7 +201,7 @@ impl AccessLog {
 /// The writer: lines into a buffer, written when it fills, when a line has waited
 /// [`FLUSH_EVERY`], and at the end.
 fn write_lines(
-    rx: &mpsc::Receiver<Record>,
+    rx: &mpsc::Receiver<Message>,
     mut out: Box<dyn Write + Send>,
     format: AccessLogFormat,
     written: &AtomicU64,
@@ -172,7 +209,10 @@ fn write_lines(
     let mut buf = String::with_capacity(BUFFER + 1024);
     let mut oldest: Option<Instant> = None;
     let mut lines = 0u64;
-    let mut write = |buf: &mut String, lines: &mut u64| -> std::io::Result<()> {
+    let write = |out: &mut Box<dyn Write + Send>,
+                 buf: &mut String,
+                 lines: &mut u64|
+     -> std::io::Result<()> {
         out.write_all(buf.as_bytes())?;
         out.flush()?;
         buf.clear();
@@ -182,24 +222,32 @@ fn write_lines(
     loop {
         let wait = oldest.map_or(FLUSH_EVERY, |t| FLUSH_EVERY.saturating_sub(t.elapsed()));
         match rx.recv_timeout(wait) {
-            Ok(record) => {
+            Ok(Message::Record(record)) => {
                 line(&mut buf, &record, format);
                 lines += 1;
                 oldest.get_or_insert_with(Instant::now);
                 if buf.len() >= BUFFER {
-                    write(&mut buf, &mut lines)?;
+                    write(&mut out, &mut buf, &mut lines)?;
                     oldest = None;
                 }
             }
+            Ok(Message::Reopen(new)) => {
+                // What came before the switch belongs to the old output.
+                if !buf.is_empty() {
+                    write(&mut out, &mut buf, &mut lines)?;
+                }
+                oldest = None;
+                out = new;
+            }
             Err(RecvTimeoutError::Timeout) => {
                 if !buf.is_empty() {
-                    write(&mut buf, &mut lines)?;
+                    write(&mut out, &mut buf, &mut lines)?;
                 }
                 oldest = None;
             }
             Err(RecvTimeoutError::Disconnected) => {
                 if !buf.is_empty() {
-                    write(&mut buf, &mut lines)?;
+                    write(&mut out, &mut buf, &mut lines)?;
                 }
                 return Ok(());
             }
@@ -420,6 +468,28 @@ mod tests {
         assert!(writes * 100 < n as usize, "{writes} writes for {n} lines");
         log.log(record("/late", Outcome::Answered));
         assert_eq!(log.dropped(), 1);
+    }
+
+    /// Lines before a reopen go to the old output, those after to the new, none lost.
+    #[test]
+    fn a_reopen_switches_outputs_between_lines() {
+        let (old, new) = (Sink::default(), Sink::default());
+        let log = AccessLog::start(Box::new(old.clone()), AccessLogFormat::Common).unwrap();
+        for i in 0..3 {
+            log.log(record(&format!("/old-{i}"), Outcome::Answered));
+        }
+        log.reopen(Box::new(new.clone())).unwrap();
+        for i in 0..2 {
+            log.log(record(&format!("/new-{i}"), Outcome::Answered));
+        }
+        log.close().unwrap();
+        let text = |s: &Sink| String::from_utf8(s.0.lock().unwrap().0.clone()).unwrap();
+        let (old, new) = (text(&old), text(&new));
+        assert_eq!(old.lines().count(), 3, "{old}");
+        assert!(old.lines().all(|l| l.contains("/old-")), "{old}");
+        assert_eq!(new.lines().count(), 2, "{new}");
+        assert!(new.lines().all(|l| l.contains("/new-")), "{new}");
+        assert!(log.reopen(Box::new(std::io::sink())).is_err(), "closed");
     }
 
     /// A writer that blocks: records beyond the channel are dropped, counted, and the

@@ -169,20 +169,23 @@ impl From<AccessLogFormatArg> for AccessLogFormat {
 /// Opens `--access-log`: appended to, made readable by its owner and group only; `-` is
 /// standard output.
 fn access_log(path: &Path, format: AccessLogFormatArg) -> anyhow::Result<AccessLog> {
-    let out: Box<dyn std::io::Write + Send> = if path == Path::new("-") {
-        Box::new(std::io::stdout())
-    } else {
-        let mut options = std::fs::OpenOptions::new();
-        options.append(true).create(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o640);
-        Box::new(
-            options
-                .open(path)
-                .with_context(|| format!("--access-log {}: cannot open it", path.display()))?,
-        )
-    };
-    AccessLog::start(out, format.into()).context("--access-log: no thread for the writer")
+    AccessLog::start(log_output(path)?, format.into())
+        .context("--access-log: no thread for the writer")
+}
+
+/// Where `--access-log` writes: the file, opened (again) for appending, or standard output.
+fn log_output(path: &Path) -> anyhow::Result<Box<dyn std::io::Write + Send>> {
+    if path == Path::new("-") {
+        return Ok(Box::new(std::io::stdout()));
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.append(true).create(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o640);
+    let file = options
+        .open(path)
+        .with_context(|| format!("--access-log {}: cannot open it", path.display()))?;
+    Ok(Box::new(file))
 }
 
 /// The default `--stats-interval`, in seconds.
@@ -357,12 +360,15 @@ pub fn server_from_env() -> ExitCode {
 pub const ENV_PREFIX: &str = "NEQO_SERVER_";
 
 /// Runs `run`, replacing the certificates on each SIGHUP with those of the settings read
-/// again (Unix; elsewhere there is no SIGHUP), and saying on stderr what it did: a refused
-/// reload leaves the certificates served as they were.
+/// again and opening the access log file anew (after logrotate moved it away), where there
+/// is SIGHUP (Unix); saying on stderr what it did. A refused reload leaves the certificates
+/// served as they were; a log file that cannot be opened, the old one in use.
 async fn reloading(
     run: impl Future<Output = Result<ServerReport, ServerError>>,
     certificates: &Certificates,
     reread: &Reread,
+    self_signed: bool,
+    log: Option<(&AccessLog, &Path)>,
 ) -> Result<ServerReport, ServerError> {
     #[cfg(unix)]
     {
@@ -376,18 +382,36 @@ async fn reloading(
             tokio::select! {
                 report = &mut run => return report,
                 Some(()) = hangup.recv() => {
-                    let reloaded = certificates.reload(|| {
-                        let ids = identities(&reread()?)?;
-                        if ids.is_empty() {
-                            bail!("no --tls-cert to serve (the self-signed one is not made again)");
+                    let again = reread();
+                    // A server on its self-signed certificate, still given none: nothing to
+                    // reload (a SIGHUP for the log alone is no refused reload).
+                    let nothing = self_signed && again.as_ref().is_ok_and(|a| a.cert.is_empty());
+                    if !nothing {
+                        let reloaded = certificates.reload(|| {
+                            let ids = identities(&again?)?;
+                            if ids.is_empty() {
+                                bail!("no --tls-cert to serve (the self-signed one is not made again)");
+                            }
+                            Ok(ids)
+                        });
+                        match reloaded {
+                            Ok(n) => eprintln!("neqo-server: SIGHUP: serving {n} certificate(s) read again"),
+                            Err(e) => eprintln!(
+                                "neqo-server: SIGHUP: certificates not reloaded, still serving the old: {e:#}"
+                            ),
                         }
-                        Ok(ids)
-                    });
-                    match reloaded {
-                        Ok(n) => eprintln!("neqo-server: SIGHUP: serving {n} certificate(s) read again"),
-                        Err(e) => eprintln!(
-                            "neqo-server: SIGHUP: certificates not reloaded, still serving the old: {e:#}"
-                        ),
+                    }
+                    if let Some((log, path)) = log.filter(|(_, p)| *p != Path::new("-")) {
+                        match log_output(path).and_then(|out| Ok(log.reopen(out)?)) {
+                            Ok(()) => eprintln!(
+                                "neqo-server: SIGHUP: access log {} opened again",
+                                path.display()
+                            ),
+                            Err(e) => eprintln!(
+                                "neqo-server: SIGHUP: access log not opened again, still writing \
+                                 the old: {e:#}"
+                            ),
+                        }
                     }
                 }
             }
@@ -395,7 +419,7 @@ async fn reloading(
     }
     #[cfg(not(unix))]
     {
-        let _ = (certificates, reread);
+        let _ = (certificates, reread, self_signed, log);
         run.await
     }
 }
@@ -520,6 +544,7 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let reopen = log.as_ref().zip(args.access_log.as_deref());
     let report = rt.block_on(async move {
         let server = Server::bind(config).map_err(flagged)?;
         let addrs: Vec<String> = server
@@ -536,7 +561,7 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
             );
         }
         let run = server.run(shutdown_signal()?);
-        reloading(run, &certificates, &reread)
+        reloading(run, &certificates, &reread, self_signed, reopen)
             .await
             .map_err(flagged)
     })?;
