@@ -42,72 +42,72 @@ pub struct ClientArgs {
     #[arg(required = true)]
     pub urls: Vec<String>,
     /// Requests per URL (at least 1; at most 1000000 per connection, all URLs together).
-    #[arg(short = 'n', long, default_value_t = 1)]
+    #[arg(short = 'n', long, default_value_t = 1, help_heading = REQUESTS)]
     pub requests: usize,
     /// All requests at once on one connection (up to the peer's stream limit).
-    #[arg(long)]
+    #[arg(long, help_heading = REQUESTS)]
     pub parallel: bool,
     /// Connections, each making every request (default: --concurrency).
-    #[arg(long)]
+    #[arg(long, help_heading = LOAD)]
     pub connections: Option<usize>,
     /// Connections open at once, at most: a load from one process (1: one after another).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, help_heading = LOAD)]
     pub concurrency: usize,
     /// Open new connections at this many per second, at most (as fast as --concurrency
     /// allows when not given).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = LOAD)]
     pub rate: Option<f64>,
     /// Local sockets (ports) the connections are spread over, so that the server sees
     /// different clients (default: --concurrency, at most 16).
-    #[arg(long)]
+    #[arg(long, help_heading = LOAD)]
     pub sockets: Option<usize>,
     /// `hq-interop`, `perf` or `h3` (HTTP/3: GET requests, or POSTs with --upload).
-    #[arg(long, default_value = ALPN_HQ)]
+    #[arg(long, default_value = ALPN_HQ, help_heading = REQUESTS)]
     pub alpn: String,
     /// perf: bytes to download per request (K/M/G suffixes; at most 2^62-1).
-    #[arg(long, value_parser = parse_size, default_value = "0")]
+    #[arg(long, value_parser = parse_size, default_value = "0", help_heading = REQUESTS)]
     pub download: u64,
     /// perf: bytes to upload per request; h3: each request a POST of this many bytes,
     /// answered with their count (K/M/G suffixes; at most 2^62-1).
-    #[arg(long, value_parser = parse_size, default_value = "0")]
+    #[arg(long, value_parser = parse_size, default_value = "0", help_heading = REQUESTS)]
     pub upload: u64,
     /// hq-interop: save bodies here, each named after its path (`/N` bodies are verified
     /// either way).
-    #[arg(long, conflicts_with = "output")]
+    #[arg(long, conflicts_with = "output", help_heading = OUTPUT)]
     pub output_dir: Option<PathBuf>,
     /// hq-interop, one request in all: write the body to FILE (`-`: standard output).
-    #[arg(short = 'o', long, value_name = "FILE")]
+    #[arg(short = 'o', long, value_name = "FILE", help_heading = OUTPUT)]
     pub output: Option<PathBuf>,
     /// Print nothing but the body and errors: no progress bar, no summary, no warnings.
-    #[arg(short = 'q', long)]
+    #[arg(short = 'q', long, help_heading = OUTPUT)]
     pub quiet: bool,
     /// Do not verify the server's certificate.
-    #[arg(long, conflicts_with = "ca")]
+    #[arg(long, conflicts_with = "ca", help_heading = TLS)]
     pub insecure: bool,
     /// Trust certificates issued by this PEM CA (or this self-signed certificate).
-    #[arg(long)]
+    #[arg(long, help_heading = TLS)]
     pub ca: Option<PathBuf>,
     /// No progress bar.
-    #[arg(long)]
+    #[arg(long, help_heading = OUTPUT)]
     pub no_progress: bool,
     /// TLS 1.3 cipher suites to offer, in order (repeatable or comma separated; default all,
     /// AES-128-GCM first).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    #[arg(long, value_enum, value_delimiter = ',', help_heading = TLS)]
     pub cipher_suite: Vec<super::choices::CipherSuiteArg>,
     /// Update each connection's keys once, early: as soon as the handshake is confirmed and
     /// the first response data arrives.
-    #[arg(long)]
+    #[arg(long, help_heading = TLS)]
     pub key_update: bool,
     /// h3: give up on each response once this many of its body bytes have arrived
     /// (STOP_SENDING with H3_REQUEST_CANCELLED, as a browser leaving a page does); shorter
     /// responses complete. Cancelled requests are counted apart and do not fail the run (K/M/G
     /// suffixes).
-    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, value_parser = parse_size, value_name = "BYTES", help_heading = REQUESTS)]
     pub cancel_after: Option<u64>,
     /// Send a PING after this many seconds without an ack-eliciting packet, so that a server
     /// whose packets stopped reaching us (our address changed) learns the new one (0 turns
     /// it off; otherwise 0.01 to less than the idle timeout; default 1).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = LOAD)]
     pub keep_alive: Option<f64>,
     #[command(flatten)]
     pub io: IoArgs,
@@ -290,6 +290,12 @@ impl ClientArgs {
     }
 }
 
+/// `neqo-client --help`'s groups, by purpose.
+const REQUESTS: &str = "What to ask for";
+const LOAD: &str = "Connections and load";
+const TLS: &str = "TLS";
+const OUTPUT: &str = "Output";
+
 /// The prefix of the variables that set `neqo-client`'s flags.
 pub const CLIENT_ENV_PREFIX: &str = "NEQO_CLIENT_";
 
@@ -389,4 +395,47 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
         write_json(path, &report)?;
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--help` groups the client's flags by purpose; `-h` leaves out the benchmark tuning;
+    /// every setting has its `NEQO_CLIENT_` variable.
+    #[test]
+    fn help_is_grouped_and_short_help_leaves_out_tuning() {
+        let mut cmd = layers::with_env(ClientArgs::command(), CLIENT_ENV_PREFIX);
+        let long = cmd.render_long_help().to_string();
+        let short = cmd.render_help().to_string();
+        // The line a heading or a flag's entry starts (not a mention in other text).
+        let line = |what: &str| {
+            long.lines()
+                .position(|l| {
+                    let l = l.trim_start();
+                    l == what
+                        || l.starts_with(&format!("{what} "))
+                        || l.get(4..).is_some_and(|rest| rest.starts_with(what))
+                })
+                .unwrap_or_else(|| panic!("{what}"))
+        };
+        let mut previous = 0;
+        for (heading, flag) in [
+            (REQUESTS, "--download"),
+            (LOAD, "--concurrency"),
+            (OUTPUT, "--output-dir"),
+            (TLS, "--insecure"),
+            (super::super::TUNING, "--batch-size"),
+        ] {
+            let h = line(&format!("{heading}:"));
+            assert!(previous < h && h < line(flag), "{heading}: {flag}");
+            previous = h;
+        }
+        assert!(!short.contains("--batch-size") && short.contains("--insecure"));
+        assert!(long.contains("[env: NEQO_CLIENT_INSECURE="), "{long}");
+        assert!(
+            !long.contains("NEQO_CLIENT_URLS"),
+            "positional arguments have no variable"
+        );
+    }
 }
