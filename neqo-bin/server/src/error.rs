@@ -23,6 +23,10 @@ pub enum ServerError {
     /// [`ServerConfig::alpns`](crate::ServerConfig::alpns) is empty.
     #[error("no ALPN to offer")]
     NoAlpn,
+    /// An ALPN among [`ServerConfig::alpns`](crate::ServerConfig::alpns) the server has no
+    /// application for.
+    #[error("no application for ALPN {0:?} (hq-interop, perf and h3 are served)")]
+    UnknownAlpn(String),
     /// The TLS identity or the transport settings were refused.
     #[error(transparent)]
     Config(#[from] neqo_driver::ConfigError),

@@ -223,6 +223,15 @@ fn prepare(mut config: ServerConfig) -> Result<(worker::Shared, Certificates), S
     if config.alpns.is_empty() {
         return Err(ServerError::NoAlpn);
     }
+    // A connection of an ALPN the server has no application for would be served as
+    // hq-interop: refused here instead.
+    if let Some(a) = config
+        .alpns
+        .iter()
+        .find(|a| ![ALPN_HQ, ALPN_PERF, neqo_protocols::ALPN_H3].contains(&a.as_str()))
+    {
+        return Err(ServerError::UnknownAlpn(a.clone()));
+    }
     let layout = CidLayout::new(config.server_id.clone(), config.workers)?;
     // One crypto config for all workers: one session store, so that a client resumes
     // (and sends 0-RTT) whichever worker it reaches.

@@ -383,6 +383,25 @@ pub(super) mod tests {
         }
     }
 
+    /// A server is not started for an ALPN it has no application for, nor for none.
+    #[test]
+    fn unknown_or_no_alpns_are_refused_at_bind() {
+        let bind = |alpns: &[&str]| {
+            Server::bind(ServerConfig {
+                listen: vec!["127.0.0.1:0".parse().unwrap()],
+                alpns: alpns.iter().map(|a| (*a).to_owned()).collect(),
+                workers: 1,
+                ..ServerConfig::default()
+            })
+        };
+        assert!(matches!(
+            bind(&["h3", "h2"]),
+            Err(crate::ServerError::UnknownAlpn(a)) if a == "h2"
+        ));
+        assert!(matches!(bind(&[]), Err(crate::ServerError::NoAlpn)));
+        bind(&["h3", "hq-interop", "perf"]).expect("every served ALPN");
+    }
+
     #[test]
     fn a_dispatcher_that_panics_stops_the_server_with_an_error() {
         let server = Server::bind(ServerConfig {
