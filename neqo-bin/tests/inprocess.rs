@@ -313,8 +313,21 @@ fn port_in_use_is_an_error() {
         ..ServerConfig::default()
     };
     cfg.socket = neqo_udp::Config::default();
-    let err = ServerHandle::start(cfg).unwrap_err().to_string();
-    assert!(err.contains("binding") || err.contains("in use"), "{err}");
+    let err = ServerHandle::start(cfg).unwrap_err();
+    assert!(
+        matches!(&err, neqo_server_core::ServerError::Bind { addr, .. } if *addr == s.addr()),
+        "{err:?}"
+    );
+    // The kernel's own reason, down the chain of causes.
+    let mut cause = std::error::Error::source(&err);
+    let mut in_use = false;
+    while let Some(e) = cause {
+        in_use |= e
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse);
+        cause = e.source();
+    }
+    assert!(in_use, "{err:?}");
 }
 
 #[test]
