@@ -9,7 +9,9 @@ use std::{
     time::Duration,
 };
 
-use neqo_report::{ClientReport, LoopbackRow, PacingTimer, Report, ServerReport};
+use neqo_report::{ClientReport, Report};
+#[cfg(unix)]
+use neqo_report::{LoopbackRow, PacingTimer, ServerReport};
 use test_fixtures::{Measured, Server, run};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
