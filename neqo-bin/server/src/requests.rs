@@ -7,7 +7,6 @@ use std::{
     net::SocketAddr,
     ops::ControlFlow,
     sync::Arc,
-    task::{Context, Poll},
     time::{Instant, SystemTime},
 };
 
@@ -26,6 +25,8 @@ use crate::{
     access_log::{AccessLog, Outcome, Record},
     disk::{self, FileChunk, Root},
 };
+
+mod files;
 
 /// The request bytes of a stream, as its protocol reads them.
 #[derive(Debug)]
@@ -46,8 +47,8 @@ struct StreamState {
     file: Option<FileState>,
     /// When its stream opened.
     started: Instant,
-    /// The path asked for, once the request is whole (`-` for perf, or before).
-    path: String,
+    /// The path asked for, once the request is whole, kept only for the access log.
+    path: Option<String>,
 }
 
 /// A file being sent.
@@ -78,7 +79,7 @@ impl ConnState {
             peer: self.peer,
             alpn: self.alpn,
             method: if self.alpn == ALPN_PERF { "-" } else { "GET" }.to_owned(),
-            path: st.path.clone(),
+            path: st.path.clone().unwrap_or_else(|| "-".to_owned()),
             status: None,
             bytes: st.source.as_ref().map_or(0, |s| s.written),
             duration: st.started.elapsed(),
@@ -189,7 +190,7 @@ impl Requests {
                     source: None,
                     file: None,
                     started: Instant::now(),
-                    path: "-".to_owned(),
+                    path: None,
                 },
             );
             opened.push(id);
@@ -225,16 +226,6 @@ impl Requests {
             );
         }
         body::cancel(conn, id, error_code);
-    }
-
-    /// A file job that has finished, for [`Requests::file_done`] on its connection.
-    pub(super) fn take_file_done(&mut self) -> Option<FileDone> {
-        self.files.take()
-    }
-
-    /// Ready once a file job has finished.
-    pub(super) fn poll_files(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.files.poll_ready(cx)
     }
 
     /// Reads request bytes; answers once the request is complete.
@@ -297,6 +288,7 @@ impl Requests {
         id: StreamId,
         report: &mut ServerReport,
     ) {
+        let logging = self.log.is_some();
         let Some(st) = self.conns.get_mut(&ch).and_then(|c| c.streams.get_mut(&id)) else {
             return;
         };
@@ -308,10 +300,13 @@ impl Requests {
                 )
             }),
             Request::Hq(buf) => match hq::parse_request(buf).inspect(|t| {
-                st.path = match t {
-                    Target::Generated(n) => format!("/{n}"),
-                    Target::File(p) => (*p).to_owned(),
-                };
+                // Only for the log: no allocation per request without one.
+                if logging {
+                    st.path = Some(match t {
+                        Target::Generated(n) => format!("/{n}"),
+                        Target::File(p) => (*p).to_owned(),
+                    });
+                }
             }) {
                 Ok(Target::Generated(n)) if self.generate => Ok(n),
                 Ok(Target::Generated(_)) => Err((
@@ -373,69 +368,6 @@ impl Requests {
                 self.refuse(ch, conn, id, code, report);
             }
         }
-    }
-
-    /// A file job finished: sends the chunk, or resets the stream.
-    pub(super) fn file_done(
-        &mut self,
-        conn: &mut Connection,
-        done: FileDone,
-        report: &mut ServerReport,
-    ) {
-        let FileDone {
-            ch,
-            id,
-            token,
-            result,
-        } = done;
-        let Some(st) = self
-            .conns
-            .get_mut(&ch)
-            .and_then(|c| c.streams.get_mut(&id))
-            .filter(|s| s.token == token)
-        else {
-            return;
-        };
-        match result {
-            Ok(chunk) => {
-                let last = chunk.remaining == 0;
-                st.file = Some(FileState {
-                    file: chunk.file,
-                    remaining: chunk.remaining,
-                });
-                if let Some(src) = &mut st.source {
-                    src.feed(chunk.data, last);
-                }
-                self.pump(ch, conn, id, report);
-            }
-            Err(why) => {
-                tracing::warn!("{why}");
-                self.refuse(ch, conn, id, hq::REFUSED, report);
-            }
-        }
-    }
-
-    /// Starts reading the next chunk of the stream's file, unless a read is in flight.
-    fn read_file(&mut self, ch: ConnectionHandle, id: StreamId) {
-        let Some(st) = self.conns.get_mut(&ch).and_then(|c| c.streams.get_mut(&id)) else {
-            return;
-        };
-        let token = st.token;
-        let Some(fs) = &mut st.file else {
-            return;
-        };
-        // None: a read is in flight, or everything is read.
-        let Some(file) = fs.file.take() else {
-            return;
-        };
-        let remaining = fs.remaining;
-        self.files.spawn(move || FileDone {
-            ch,
-            id,
-            token,
-            result: disk::read_chunk(file, remaining)
-                .map_err(|e| format!("reading the file for stream {id}: {e}")),
-        });
     }
 
     /// Resets the stream with `code` ([`hq::REFUSED`] or [`hq::BAD_REQUEST`]).

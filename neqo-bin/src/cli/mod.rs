@@ -89,7 +89,9 @@ pub use checks::{
 };
 use checks::{check_count, check_positive};
 pub use client::{CLIENT_ENV_PREFIX, ClientArgs, client_from_env, client_main};
-pub use server::{ENV_PREFIX as SERVER_ENV_PREFIX, ServerArgs, server_from_env, server_main};
+pub use server::{
+    AccessLogFormatArg, ENV_PREFIX as SERVER_ENV_PREFIX, ServerArgs, server_from_env, server_main,
+};
 
 /// The most packets `--ack-every` may let a peer leave unacknowledged: beyond a few hundred
 /// (a GSO run is at most 64) ACKs would only come from the 2 ms timer.
