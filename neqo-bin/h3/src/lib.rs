@@ -8,6 +8,8 @@
 //! - [`Engine`]: one connection's HTTP/3, driven from an application's events.
 //! - [`H3Connection`] and [`Opener`]: what `h3::client::new` and `h3::server` take.
 //! - [`Spawner`]: runs a request's future on the driver's thread.
+//! - [`BidiStream`], [`SendStream`], [`RecvStream`]: the streams `h3` reads and writes, for
+//!   naming its request streams' types.
 //! - [`Connections`]: an application's connections, their engines and its data for each.
 //! - `testing` (feature `testing`): an HTTP/3 client for tests on neqo-driver's in-memory
 //!   network.
@@ -34,6 +36,7 @@ mod tests;
 pub use conn::Engine;
 pub use connections::Connections;
 pub use handles::{H3Connection, Opener};
+pub use streams::{BidiStream, RecvStream, SendStream};
 pub use tasks::{Notifier, Spawner};
 
 /// The unidirectional streams an HTTP/3 endpoint lets its peer open at once: the control

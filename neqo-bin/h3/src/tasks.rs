@@ -58,6 +58,16 @@ impl Notifier {
         }
     }
 
+    /// A waker that marks connection `key` as woken: for work of an application's own
+    /// (not a task's) that waits on something else and must be driven when it is done.
+    #[must_use]
+    pub fn waker(self: &Arc<Self>, key: u64) -> Waker {
+        Waker::from(Arc::new(Keyed {
+            notifier: Arc::clone(self),
+            key,
+        }))
+    }
+
     fn notify(&self, key: u64) {
         self.ready
             .lock()
@@ -71,6 +81,22 @@ impl Notifier {
         {
             w.wake();
         }
+    }
+}
+
+/// What [`Notifier::waker`] wakes.
+struct Keyed {
+    notifier: Arc<Notifier>,
+    key: u64,
+}
+
+impl Wake for Keyed {
+    fn wake(self: Arc<Self>) {
+        self.notifier.notify(self.key);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.notifier.notify(self.key);
     }
 }
 

@@ -56,7 +56,7 @@ pub struct Record {
     /// The client's address then.
     pub peer: SocketAddr,
     /// The connection's ALPN.
-    pub alpn: &'static str,
+    pub alpn: std::borrow::Cow<'static, str>,
     /// `GET`, `HEAD`, `POST`, ...; `-` when unknown (unread, unparsable).
     pub method: String,
     /// As the client sent it (escaped when written); `-` when unknown.
@@ -371,7 +371,7 @@ mod tests {
         Record {
             time: UNIX_EPOCH + Duration::from_millis(1_795_900_200_123),
             peer: "127.0.0.1:5000".parse().unwrap(),
-            alpn: "h3",
+            alpn: "h3".into(),
             method: "GET".into(),
             path: path.into(),
             status: Some(200),
@@ -416,7 +416,7 @@ mod tests {
         buf.clear();
         let mut r = record("/a\nforged \"line\"\\\u{7f}", Outcome::Reset(0x10c));
         r.status = None;
-        r.alpn = "hq-interop";
+        r.alpn = "hq-interop".into();
         line(&mut buf, &r, AccessLogFormat::Common);
         assert_eq!(
             buf,

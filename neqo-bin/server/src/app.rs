@@ -15,6 +15,7 @@ use quinn_proto::{Connection, ConnectionHandle, Event, Incoming, StreamEvent, Va
 use super::{
     ServerConfig, ServerReport,
     admission::{ClientSource, Decision, Gate},
+    apps::{App, Services, Sessions},
     budget::{NoWindow, Windows},
     configs::ConnectionConfigs,
     http3::Http3,
@@ -35,6 +36,10 @@ pub(super) struct ServerApp {
     config: ServerConfig,
     requests: Requests,
     http3: Http3,
+    /// Connections your HTTP/3 services answer.
+    services: Services,
+    /// Connections of your raw-QUIC applications.
+    sessions: Sessions,
     pub(super) report: ServerReport,
     next_stats: Instant,
     started: Instant,
@@ -68,6 +73,8 @@ impl ServerApp {
                 shared.config.generate,
                 shared.config.access_log.clone(),
             ),
+            services: Services::new(shared.config.access_log.clone()),
+            sessions: Sessions::default(),
             report: ServerReport::default(),
             next_stats: now,
             started: now,
@@ -86,6 +93,33 @@ impl ServerApp {
         };
         conn.set_receive_window(VarInt::from_u64(window).unwrap_or(VarInt::MAX));
     }
+
+    /// `ch`'s handshake chose its ALPN (before any stream could open): a connection of one of
+    /// your applications, or of the built-in HTTP/3, leaves the built-in `hq-interop` and
+    /// `perf` (which every connection starts in) for it.
+    fn route(&mut self, ch: ConnectionHandle, conn: &mut Connection, now: Instant) {
+        let Some(alpn) = tls::negotiated_alpn(conn) else {
+            return;
+        };
+        let window = self.windows.window(ch);
+        match self.config.apps.get(&alpn) {
+            Some(App::Http3(service)) => {
+                self.requests.gone(ch);
+                let service = service.clone();
+                self.services.start(ch, conn, (service, &alpn), window, now);
+            }
+            Some(App::Quic(app)) => {
+                self.requests.gone(ch);
+                let app = app.clone();
+                self.sessions.start(ch, conn, app.as_ref());
+            }
+            None if alpn == neqo_protocols::ALPN_H3 => {
+                self.requests.gone(ch);
+                self.http3.start(ch, conn, window, now);
+            }
+            None => {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +132,16 @@ impl ServerApp {
     /// What the HTTP/3 connections keep.
     pub(super) fn h3_kept(&self) -> super::http3::Kept {
         self.http3.kept()
+    }
+
+    /// Requests under way and tasks running on the service connections.
+    pub(super) fn services_kept(&self) -> (usize, usize) {
+        self.services.kept()
+    }
+
+    /// Raw-QUIC sessions held.
+    pub(super) fn sessions(&self) -> usize {
+        self.sessions.len()
     }
 }
 
@@ -148,38 +192,38 @@ impl Application for ServerApp {
     }
 
     fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {
-        if self.http3.serves(ch) {
-            match &event {
-                Event::Connected => self.confirmed(ch, conn, now),
-                Event::ConnectionLost { reason } => {
-                    tracing::debug!("connection {ch:?} lost: {reason}");
-                    self.gate.gone(ch);
-                }
-                _ => {}
+        match &event {
+            Event::Connected => self.confirmed(ch, conn, now),
+            Event::ConnectionLost { reason } => {
+                tracing::debug!("connection {ch:?} lost: {reason}");
+                self.gate.gone(ch);
             }
+            // The ALPN is known once the client's hello is read, before any stream (0-RTT
+            // ones included) is opened.
+            Event::HandshakeDataReady if self.requests.serves(ch) => {
+                self.route(ch, conn, now);
+                return;
+            }
+            _ => {}
+        }
+        if self.http3.serves(ch) {
             self.http3.event(ch, conn, &event, now);
+            return;
+        }
+        if self.services.serves(ch) {
+            self.services.event(ch, conn, &event, now);
+            return;
+        }
+        if self.sessions.serves(ch) {
+            self.sessions.event(ch, conn, &event, now);
             return;
         }
         if !self.requests.serves(ch) {
             return;
         }
-        // The ALPN is known once the client's hello is read, before any stream (0-RTT ones
-        // included) is opened.
-        if matches!(event, Event::HandshakeDataReady)
-            && tls::negotiated_alpn(conn).as_deref() == Some(neqo_protocols::ALPN_H3)
-        {
-            self.requests.gone(ch);
-            self.http3.start(ch, conn, self.windows.window(ch), now);
-            return;
-        }
         let report = &mut self.report;
         match event {
-            Event::Connected => self.confirmed(ch, conn, now),
-            Event::ConnectionLost { reason } => {
-                tracing::debug!("connection {ch:?} lost: {reason}");
-                self.gate.gone(ch);
-                self.requests.gone(ch);
-            }
+            Event::ConnectionLost { .. } => self.requests.gone(ch),
             Event::Stream(StreamEvent::Opened { dir }) => {
                 self.requests.opened(ch, conn, dir, report);
             }
@@ -190,6 +234,7 @@ impl Application for ServerApp {
                 self.requests.stopped(ch, conn, id, error_code);
             }
             Event::Stream(StreamEvent::Available { .. })
+            | Event::Connected
             | Event::HandshakeDataReady
             | Event::DatagramReceived
             | Event::DatagramsUnblocked => {}
@@ -201,6 +246,8 @@ impl Application for ServerApp {
         self.windows.released(ch);
         self.requests.gone(ch);
         self.http3.gone(ch);
+        self.services.gone(ch);
+        self.sessions.gone(ch);
     }
 
     fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
@@ -224,10 +271,16 @@ impl Application for ServerApp {
         }
         self.http3.poll(driver, now);
         self.http3.report(&mut self.report);
+        self.services.poll(driver, now);
+        self.services.report(&mut self.report);
+        self.sessions.poll(driver, now);
         self.report.admission = self.gate.counters();
         self.report.receive_budget = self.config.budget.bytes;
         self.report.receive_windows = self.windows.granted_bytes();
         let mut expiry = self.gate.next_expiry(now);
+        if self.services.busy() {
+            expiry = Some(now);
+        }
         if let Some((board, next)) = &mut self.board {
             if now >= *next {
                 let mut r = self.report.clone();
@@ -257,24 +310,34 @@ impl Application for ServerApp {
     }
 
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.http3.poll_wake(cx).is_ready() {
+        if self.http3.poll_wake(cx).is_ready()
+            || self.services.poll_wake(cx).is_ready()
+            || self.sessions.poll_wake(cx).is_ready()
+        {
             return Poll::Ready(());
         }
         self.requests.poll_files(cx)
     }
 
-    /// HTTP/3 connections send GOAWAY and finish the requests they accepted; `hq-interop`
+    /// HTTP/3 connections (the built-in server's and your services') send GOAWAY and finish
+    /// the requests they accepted; raw-QUIC sessions do what their protocol can; `hq-interop`
     /// and `perf` have no way to say the server is going, and are closed with the rest.
     fn shutdown(&mut self, driver: &mut Driver, now: Instant) -> bool {
-        self.http3.shut_down(driver, now)
+        let http3 = self.http3.shut_down(driver, now);
+        let services = self.services.shut_down();
+        let sessions = self.sessions.shut_down(driver, now);
+        http3 || services || sessions
     }
 
     fn settled(&self) -> bool {
-        self.http3.settled()
+        self.http3.settled() && self.services.settled() && self.sessions.settled()
     }
 
     fn close_reason(&self, ch: ConnectionHandle) -> (VarInt, &'static [u8]) {
-        let code = if self.http3.serves(ch) {
+        if let Some(reason) = self.sessions.close_reason(ch) {
+            return reason;
+        }
+        let code = if self.http3.serves(ch) || self.services.serves(ch) {
             super::http3::NO_ERROR
         } else {
             0

@@ -1,6 +1,25 @@
 //! neqo-server's machinery as a library: a QUIC server on neqo-driver's endpoint driver that
-//! serves `hq-interop`, HTTP/3 and `perf`, from files under a root or generated bodies.
+//! serves your applications (an HTTP/3 [`Service`], or a protocol of your own on raw QUIC:
+//! [`QuicApp`]) or its own `hq-interop`, HTTP/3 and `perf` from files under a root or
+//! generated bodies.
 //!
+//! ```no_run
+//! use neqo_server_core::{ResponseBody, Server, ServerConfig, service_fn};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let hello = service_fn(|_request| async {
+//!     http::Response::new(ResponseBody::from("hello\n"))
+//! });
+//! let mut config = ServerConfig::http3(hello);
+//! config.listen = vec!["127.0.0.1:4433".parse()?];
+//! let server = Server::bind(config)?;
+//! server.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - [`ServerConfig::http3`], [`ServerConfig::quic`], [`ServerConfig::serve`]: a server of
+//!   your applications, each on its ALPN ([`App`]).
 //! - [`Server`]: binds a [`ServerConfig`] and starts its workers, each on a thread of its
 //!   own, then serves until told to stop; [`ServerHandle`] runs one on a thread for tests and
 //!   benches.
@@ -14,6 +33,7 @@
 
 // The modules, for those who work on them:
 // access_log: a line per request, written off the workers' threads.
+// apps: applications of your own (HTTP/3 services, raw-QUIC sessions), by ALPN.
 // admission: which new connections are taken, retried or refused; half-open ones.
 // app: the driver's Application: admission, receive windows, handshakes given up, stats.
 // budget: the receive windows, sized so that all together stay within a budget.
@@ -38,6 +58,7 @@
 mod access_log;
 mod admission;
 mod app;
+mod apps;
 mod budget;
 mod cid;
 mod configs;
@@ -67,6 +88,10 @@ use rustls::pki_types::CertificateDer;
 pub use self::{
     access_log::{AccessLog, AccessLogFormat, Outcome, Record},
     admission::{AdmissionCounters, Limits, RetryPolicy},
+    apps::{
+        App, Apps, BoxError, IntoResponse, QuicApp, QuicSession, RequestBody, ResponseBody,
+        Service, ServiceFn, ServiceFuture, service_fn,
+    },
     budget::{Budget, DEFAULT_BUDGET, MAX_WINDOW, MIN_WINDOW},
     cid::{MAX_SERVER_ID, MAX_WORKERS, ServerId, quic_lb_server_id},
     dispatch::{CHANNEL_CAPACITY, DispatchReport},
@@ -105,8 +130,11 @@ pub struct ServerConfig {
     /// The certificates served, chosen by SNI, which a handle kept elsewhere can replace
     /// while the server runs; a self-signed one for localhost when `None`.
     pub certificates: Option<Certificates>,
-    /// ALPNs offered.
+    /// ALPNs offered, in order of preference: each served by its application in
+    /// [`apps`](Self::apps), or by the built-in file server (`hq-interop`, `perf`, `h3`).
     pub alpns: Vec<String>,
+    /// Your applications, by ALPN ([`serve`](Self::serve) adds one and offers its ALPN).
+    pub apps: Apps,
     /// Which connections are taken, retried or refused (see `admission`).
     pub limits: Limits,
     /// Stateless-reset and Retry-token keys.
@@ -158,6 +186,7 @@ impl Default for ServerConfig {
             access_log: None,
             certificates: None,
             alpns: vec![ALPN_HQ.to_owned(), ALPN_PERF.to_owned()],
+            apps: Apps::default(),
             limits: Limits::default(),
             keys: ServerKeys::random(),
             budget: Budget::default(),
@@ -176,6 +205,47 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// A server of `service` alone, over HTTP/3 (ALPN `h3`), with the defaults of every other
+    /// setting (port 4433 on every address, a self-signed certificate for localhost: set
+    /// [`listen`](Self::listen) and [`certificates`](Self::certificates)).
+    #[must_use]
+    pub fn http3(service: impl Service) -> Self {
+        Self::none().serve(neqo_protocols::ALPN_H3, App::http3(service))
+    }
+
+    /// A server of `app` alone, on ALPN `alpn`.
+    #[must_use]
+    pub fn quic(alpn: &str, app: impl QuicApp) -> Self {
+        Self::none().serve(alpn, App::quic(app))
+    }
+
+    /// The defaults, with nothing to serve.
+    fn none() -> Self {
+        Self {
+            alpns: Vec::new(),
+            generate: false,
+            ..Self::default()
+        }
+    }
+
+    /// Also serves `alpn` with `app` (in place of what served it), offered after the ALPNs
+    /// offered already.
+    #[must_use]
+    pub fn serve(mut self, alpn: &str, app: App) -> Self {
+        self.apps.insert(alpn, app);
+        if !self.alpns.iter().any(|a| a == alpn) {
+            self.alpns.push(alpn.to_owned());
+        }
+        self
+    }
+
+    /// Whether a connection of `alpn` speaks HTTP/3: the built-in `h3` or a service.
+    fn speaks_http3(&self, alpn: &str) -> bool {
+        self.apps
+            .get(alpn)
+            .map_or(alpn == neqo_protocols::ALPN_H3, App::is_http3)
+    }
+
     /// What one of `self.workers` workers gets of the limits: the receive budget split evenly
     /// (its floor kept for a worker's share of the connections). The connection and
     /// half-open limits and the arrival rate are counted over all workers instead
@@ -220,16 +290,21 @@ fn prepare(mut config: ServerConfig) -> Result<(worker::Shared, Certificates), S
         Some(c) => c,
         None => Certificates::new(&[Identity::self_signed()?])?,
     };
+    // An application is offered, whether or not its ALPN was listed.
+    for (alpn, _) in config.apps.iter() {
+        if !config.alpns.iter().any(|a| a == alpn) {
+            config.alpns.push(alpn.to_owned());
+        }
+    }
     if config.alpns.is_empty() {
         return Err(ServerError::NoAlpn);
     }
     // A connection of an ALPN the server has no application for would be served as
     // hq-interop: refused here instead.
-    if let Some(a) = config
-        .alpns
-        .iter()
-        .find(|a| ![ALPN_HQ, ALPN_PERF, neqo_protocols::ALPN_H3].contains(&a.as_str()))
-    {
+    if let Some(a) = config.alpns.iter().find(|a| {
+        config.apps.get(a).is_none()
+            && ![ALPN_HQ, ALPN_PERF, neqo_protocols::ALPN_H3].contains(&a.as_str())
+    }) {
         return Err(ServerError::UnknownAlpn(a.clone()));
     }
     let layout = CidLayout::new(config.server_id.clone(), config.workers)?;
@@ -241,8 +316,10 @@ fn prepare(mut config: ServerConfig) -> Result<(worker::Shared, Certificates), S
     let crypto = tls::server_crypto_with(&certificates, &config.alpns, config.secrets)?;
     let mut server_config = quinn_proto::ServerConfig::with_crypto(crypto);
     config.transport.mtu_upper_bound = listen_mtu_bound(&config.listen, config.transport.max_mtu);
-    if config.alpns.iter().any(|a| a == neqo_protocols::ALPN_H3) {
-        config.transport.uni_streams = http3::UNI_STREAMS;
+    // HTTP/3's control and QPACK streams (RFC 9114 section 6.2): whatever the transport
+    // options say, a server that speaks it lets the client open them.
+    if config.alpns.iter().any(|a| config.speaks_http3(a)) {
+        config.transport.uni_streams = config.transport.uni_streams.max(neqo_h3::UNI_STREAMS);
     }
     // Per-connection qlog streams are made at admission; the shared config has none.
     let shared = TransportOptions {

@@ -76,13 +76,23 @@ pub struct ServerReport {
     /// dropped on its full channel, and the receive side of the listening sockets (their
     /// receive syscalls and kernel drops, which [`socket`](Self::socket) then reports).
     pub dispatch: Option<DispatchReport>,
-    /// The HTTP/3 requests (counted in the totals above too).
+    /// The HTTP/3 requests, the built-in server's and your services' (counted in the totals
+    /// above too).
     pub http3: super::http3::Http3Counters,
     /// Each worker's share, in worker order (the rest of the report adds them up).
     pub workers: Vec<WorkerSummary>,
 }
 
 impl ServerReport {
+    /// Adds what HTTP/3 requests did to `http3` and to the totals.
+    pub(crate) fn credit_http3(&mut self, new: &super::http3::Http3Counters) {
+        self.requests += new.responses;
+        self.refused_requests += new.error_statuses;
+        self.bytes_sent += new.body_bytes;
+        self.bytes_received += new.uploaded_bytes;
+        self.http3.add(new);
+    }
+
     /// One line for humans.
     #[must_use]
     pub fn summary(&self) -> String {

@@ -77,7 +77,7 @@ impl ConnState {
         log.log(Record {
             time: SystemTime::now(),
             peer: self.peer,
-            alpn: self.alpn,
+            alpn: self.alpn.into(),
             method: if self.alpn == ALPN_PERF { "-" } else { "GET" }.to_owned(),
             path: st.path.clone().unwrap_or_else(|| "-".to_owned()),
             status: None,

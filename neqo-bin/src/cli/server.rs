@@ -384,6 +384,7 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         access_log: log.clone(),
         certificates: Some(certificates.clone()),
         alpns: args.alpns(),
+        apps: neqo_server_core::Apps::default(),
         limits: args.limits()?,
         budget: args.budget(),
         keys: match &args.key_file {

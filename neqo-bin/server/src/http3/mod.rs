@@ -47,11 +47,6 @@ pub const MAX_FIELD_SECTION: u64 = hq::MAX_REQUEST as u64;
 /// `H3_NO_ERROR`, the code a connection is closed with at shutdown.
 pub const NO_ERROR: u64 = frames::code::NO_ERROR;
 
-/// The unidirectional streams the server lets an HTTP/3 peer open at once: the control
-/// stream and QPACK's two (RFC 9114 section 6.2, RFC 9204 section 4.2), and room for the
-/// reserved types peers send to exercise the rule that unknown ones are ignored.
-pub const UNI_STREAMS: u32 = 8;
-
 /// What the HTTP/3 requests did, for the server's report (which also counts them in its
 /// totals: `requests`, `refused_requests`, `bytes_sent`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -74,6 +69,19 @@ pub struct Http3Counters {
 }
 
 impl Http3Counters {
+    /// What was counted since `was` (an earlier reading of the same counters).
+    #[must_use]
+    pub const fn since(&self, was: &Self) -> Self {
+        Self {
+            responses: self.responses - was.responses,
+            body_bytes: self.body_bytes - was.body_bytes,
+            uploaded_bytes: self.uploaded_bytes - was.uploaded_bytes,
+            error_statuses: self.error_statuses - was.error_statuses,
+            cancelled: self.cancelled - was.cancelled,
+            rejected: self.rejected - was.rejected,
+        }
+    }
+
     /// Adds `other`'s counts (workers' into the server's).
     pub fn add(&mut self, other: &Self) {
         self.responses += other.responses;
@@ -249,15 +257,9 @@ impl Http3 {
         self.files.poll_ready(cx)
     }
 
-    /// Brings `report` up to date: its `http3` counts, and its totals by what came since.
+    /// Brings `report` up to date with what its requests did since the last call.
     pub(super) fn report(&mut self, report: &mut super::ServerReport) {
-        let now = self.counters;
-        let was = self.reported;
-        report.requests += now.responses - was.responses;
-        report.refused_requests += now.error_statuses - was.error_statuses;
-        report.bytes_sent += now.body_bytes - was.body_bytes;
-        report.bytes_received += now.uploaded_bytes - was.uploaded_bytes;
-        report.http3 = now;
-        self.reported = now;
+        report.credit_http3(&self.counters.since(&self.reported));
+        self.reported = self.counters;
     }
 }

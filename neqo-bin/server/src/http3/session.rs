@@ -166,7 +166,7 @@ impl Session {
         log.log(Record {
             time: SystemTime::now(),
             peer,
-            alpn: neqo_protocols::ALPN_H3,
+            alpn: neqo_protocols::ALPN_H3.into(),
             method: method.to_owned(),
             path: path.to_owned(),
             status: req.status,

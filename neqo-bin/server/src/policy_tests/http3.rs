@@ -46,7 +46,7 @@ impl Drop for Root {
 /// Runs `c` against a worker built from `config` on the virtual network until the client
 /// is done (bounded); returns the worker's report and the client, which must not have lost
 /// its connection.
-fn exchange(config: ServerConfig, c: Client) -> (ServerReport, Client) {
+pub(super) fn exchange(config: ServerConfig, c: Client) -> (ServerReport, Client) {
     let (report, c) = exchange_with(config, c, |_, _, _| {});
     assert_eq!(c.lost, None, "closed by the client");
     (report, c)
@@ -54,7 +54,7 @@ fn exchange(config: ServerConfig, c: Client) -> (ServerReport, Client) {
 
 /// As [`exchange`], calling `each_turn` with the server's driver and application after every
 /// turn; the connection may end either way.
-fn exchange_with(
+pub(super) fn exchange_with(
     config: ServerConfig,
     mut c: Client,
     mut each_turn: impl FnMut(&mut Driver, &mut ServerApp, Instant),

@@ -316,3 +316,4 @@ mod flow_control;
 mod http3;
 mod http3_hostile;
 mod retry;
+mod services;

@@ -5,7 +5,7 @@
 //! 64 KiB floor window a connection stopped after 2184 requests: 32 KiB / 15 bytes of GREASE.
 
 use super::*;
-use crate::http3::UNI_STREAMS;
+use neqo_h3::UNI_STREAMS;
 
 /// Several connections at once, each its own [`Client`].
 struct Many(Vec<Client>);

@@ -1,0 +1,445 @@
+//! The connections of one worker that a [`Service`] answers: `h3`'s server over neqo-h3's
+//! [`Engine`](neqo_h3::Engine), a task per connection accepting its requests and a task per
+//! request calling the service and sending its response. Each request is counted and logged
+//! once, however it ends (its [`Ledger`] entry's drop does it), and what it held is freed
+//! with its task.
+//!
+//! At shutdown each connection sends GOAWAY (RFC 9114 section 5.2): the requests it accepted
+//! finish, later ones are rejected (`H3_REQUEST_REJECTED`), and the server waits for the
+//! responses to be acknowledged, within its drain period.
+
+use std::{
+    borrow::Cow,
+    cell::{Cell, RefCell},
+    future::poll_fn,
+    net::SocketAddr,
+    pin::pin,
+    rc::Rc,
+    sync::Arc,
+    task::{Context, Poll, Waker},
+    time::{Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use h3::error::{Code, StreamError};
+use http::{HeaderValue, Method, Response, header::CONTENT_LENGTH};
+use neqo_driver::Driver;
+use neqo_h3::{Connections, H3Connection, Spawner};
+use quinn_proto::{Connection, ConnectionHandle, Event, VarInt};
+
+use super::service::{RequestBody, ResponseBody, Service};
+use crate::{
+    access_log::{AccessLog, Outcome, Record},
+    http3::{Http3Counters, MAX_FIELD_SECTION},
+};
+
+/// The most a connection holds for `h3` beyond what quinn-proto holds in its window: room
+/// for the largest frame `h3` takes whole (neqo-h3's frame limit) twice over.
+const HELD: usize = crate::MIN_WINDOW as usize;
+
+/// What a worker's service connections share with their tasks: the counts and the log.
+#[derive(Debug, Default)]
+struct Shared {
+    counters: RefCell<Http3Counters>,
+    log: Option<AccessLog>,
+}
+
+/// One connection's state beside its tasks.
+#[derive(Debug)]
+struct Conn {
+    /// The server is shutting down: the accepting task sends GOAWAY.
+    goaway: Cell<bool>,
+    /// It has.
+    goaway_sent: Cell<bool>,
+    /// The accepting task, to wake for the GOAWAY.
+    accepting: RefCell<Option<Waker>>,
+    /// Requests accepted and not yet ended.
+    open: Cell<usize>,
+    peer: SocketAddr,
+    alpn: Cow<'static, str>,
+}
+
+impl Conn {
+    fn go_away(&self) {
+        self.goaway.set(true);
+        if let Some(w) = self.accepting.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+/// The service connections of one worker.
+#[derive(Debug)]
+pub(crate) struct Services {
+    conns: Connections<Rc<Conn>>,
+    shared: Rc<Shared>,
+    /// The counts already added to the report.
+    reported: Http3Counters,
+    shutting_down: bool,
+}
+
+impl Services {
+    pub(crate) fn new(log: Option<AccessLog>) -> Self {
+        Self {
+            conns: Connections::default(),
+            shared: Rc::new(Shared {
+                counters: RefCell::default(),
+                log,
+            }),
+            reported: Http3Counters::default(),
+            shutting_down: false,
+        }
+    }
+
+    /// Whether `ch` is one of its connections.
+    pub(crate) fn serves(&self, ch: ConnectionHandle) -> bool {
+        !self.conns.is_empty() && self.conns.contains(ch)
+    }
+
+    /// `ch` negotiated `alpn`, which `service` answers: its streams are HTTP/3 from now on,
+    /// and it gets `window` from the receive budget, as any connection.
+    pub(crate) fn start(
+        &mut self,
+        ch: ConnectionHandle,
+        conn: &mut Connection,
+        (service, alpn): (Arc<dyn Service>, &str),
+        window: Option<u64>,
+        now: Instant,
+    ) {
+        if let Some(w) = window {
+            conn.set_receive_window(VarInt::from_u64(w).unwrap_or(VarInt::MAX));
+        }
+        let engine = self.conns.engine(ch);
+        // What is read off the streams for `h3` and not yet taken (a body the service has not
+        // read yet, frames not yet whole) stays within the smallest window the budget grants
+        // on top of the connection's own.
+        engine.limit_held(HELD);
+        let state = Rc::new(Conn {
+            goaway: Cell::new(self.shutting_down),
+            goaway_sent: Cell::new(false),
+            accepting: RefCell::default(),
+            open: Cell::new(0),
+            peer: conn.remote_address(),
+            alpn: Cow::Owned(alpn.to_owned()),
+        });
+        engine.spawner().spawn(accept(
+            engine.transport(),
+            engine.spawner(),
+            service,
+            Rc::clone(&state),
+            Rc::clone(&self.shared),
+        ));
+        self.conns.insert(ch, engine, state);
+        if let Some((engine, _)) = self.conns.get_mut(ch) {
+            engine.drive(conn, now);
+        }
+    }
+
+    /// An event of one of its connections.
+    pub(crate) fn event(
+        &mut self,
+        ch: ConnectionHandle,
+        conn: &mut Connection,
+        event: &Event,
+        now: Instant,
+    ) {
+        self.conns.on_event(ch, conn, event, now);
+    }
+
+    /// Drives the connections whose tasks were woken or have work left.
+    pub(crate) fn poll(&mut self, driver: &mut Driver, now: Instant) {
+        for ch in self.conns.due([]) {
+            self.conns.drive(driver, ch, now);
+        }
+    }
+
+    /// Whether a connection has work left for the next turn.
+    pub(crate) fn busy(&self) -> bool {
+        self.conns.busy()
+    }
+
+    /// Ready once a task was woken off the driver's thread.
+    pub(crate) fn poll_wake(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.conns.poll_wake(cx)
+    }
+
+    /// `ch` is lost or drained: its tasks are dropped, and the requests they had under way
+    /// counted and logged as the connection's loss.
+    pub(crate) fn gone(&mut self, ch: ConnectionHandle) {
+        self.conns.remove(ch);
+    }
+
+    /// The server shuts down: every connection sends GOAWAY. Returns whether there are
+    /// connections to let finish.
+    pub(crate) fn shut_down(&mut self) -> bool {
+        self.shutting_down = true;
+        for (_, _, state) in self.conns.iter() {
+            state.go_away();
+        }
+        !self.conns.is_empty()
+    }
+
+    /// After [`shut_down`](Self::shut_down): every connection sent its GOAWAY, ended the
+    /// requests it accepted and had their responses acknowledged (or has ended).
+    pub(crate) fn settled(&self) -> bool {
+        self.conns.iter().all(|(_, engine, state)| {
+            engine.ended()
+                || (state.goaway_sent.get() && state.open.get() == 0 && engine.unacked() == 0)
+        })
+    }
+
+    /// Requests under way and tasks running over all its connections, for tests of what is
+    /// freed.
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> (usize, usize) {
+        self.conns
+            .iter()
+            .fold((0, 0), |(r, t), (_, engine, state)| {
+                (r + state.open.get(), t + engine.tasks())
+            })
+    }
+
+    /// Brings `report` up to date with what its requests did since the last call.
+    pub(crate) fn report(&mut self, report: &mut crate::ServerReport) {
+        let now = *self.shared.counters.borrow();
+        report.credit_http3(&now.since(&self.reported));
+        self.reported = now;
+    }
+}
+
+/// A connection's accepting task: `h3`'s server on it, a task per request, and its GOAWAY
+/// when the server shuts down.
+async fn accept(
+    transport: H3Connection,
+    spawner: Spawner,
+    service: Arc<dyn Service>,
+    conn: Rc<Conn>,
+    shared: Rc<Shared>,
+) {
+    let mut h3 = match h3::server::builder()
+        .max_field_section_size(MAX_FIELD_SECTION)
+        .build::<_, Bytes>(transport)
+        .await
+    {
+        Ok(h3) => h3,
+        Err(e) => {
+            tracing::debug!("HTTP/3 service connection not set up: {e}");
+            return;
+        }
+    };
+    loop {
+        let next = {
+            let mut accepting = pin!(h3.accept());
+            poll_fn(|cx| {
+                if conn.goaway.get() && !conn.goaway_sent.get() {
+                    return Poll::Ready(None);
+                }
+                *conn.accepting.borrow_mut() = Some(cx.waker().clone());
+                accepting.as_mut().poll(cx).map(Some)
+            })
+            .await
+        };
+        match next {
+            None => {
+                // RFC 9114 section 5.2: the requests accepted so far are processed, later
+                // ones rejected. `h3` names the ID after the last it accepted, as it should,
+                // but then rejects only the IDs above it: the one it names is rejected below.
+                if let Err(e) = h3.shutdown(1).await {
+                    tracing::debug!("HTTP/3 service GOAWAY not sent: {e}");
+                    return;
+                }
+                conn.goaway_sent.set(true);
+            }
+            Some(Ok(Some(resolver))) => {
+                conn.open.set(conn.open.get() + 1);
+                let ledger = Ledger::new(&conn, &shared);
+                // Streams are accepted in the order of their IDs, so one accepted after the
+                // GOAWAY has the ID it named, or a higher one.
+                if conn.goaway_sent.get() {
+                    spawner.spawn(reject(resolver, ledger));
+                } else {
+                    spawner.spawn(respond(resolver, Arc::clone(&service), ledger));
+                }
+            }
+            Some(Ok(None)) => {
+                // The client's GOAWAY, and every request ended. Kept until the connection
+                // ends: dropping `h3` would close it under responses not yet acknowledged.
+                conn.goaway_sent.set(true);
+                std::future::pending::<()>().await;
+            }
+            Some(Err(e)) => {
+                tracing::debug!("HTTP/3 service connection ended: {e}");
+                return;
+            }
+        }
+    }
+}
+
+type Resolver = h3::server::RequestResolver<H3Connection, Bytes>;
+
+/// A request's entry in its connection's bookkeeping: counted and logged when dropped, by
+/// how it ended (or as the connection's loss, when its task is dropped with it).
+struct Ledger {
+    conn: Rc<Conn>,
+    shared: Rc<Shared>,
+    started: Instant,
+    head: Option<(String, String)>,
+    status: Option<u16>,
+    sent: u64,
+    read: Rc<Cell<u64>>,
+    outcome: Outcome,
+    /// The whole response went.
+    answered: bool,
+}
+
+impl Ledger {
+    fn new(conn: &Rc<Conn>, shared: &Rc<Shared>) -> Self {
+        Self {
+            conn: Rc::clone(conn),
+            shared: Rc::clone(shared),
+            started: Instant::now(),
+            head: None,
+            status: None,
+            sent: 0,
+            read: Rc::default(),
+            outcome: Outcome::ConnectionLost,
+            answered: false,
+        }
+    }
+
+    /// The stream failed with `e`.
+    fn failed(&mut self, e: &StreamError) {
+        self.outcome = match e {
+            StreamError::RemoteTerminate { code, .. } => Outcome::Cancelled(code.value()),
+            StreamError::ConnectionError { .. } => Outcome::ConnectionLost,
+            StreamError::StreamError { code, .. } => Outcome::Reset(code.value()),
+            _ => Outcome::Reset(Code::H3_INTERNAL_ERROR.value()),
+        };
+        tracing::debug!("HTTP/3 service request ended: {e}");
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.conn.open.set(self.conn.open.get() - 1);
+        {
+            let mut c = self.shared.counters.borrow_mut();
+            c.body_bytes += self.sent;
+            c.uploaded_bytes += self.read.get();
+            match (self.answered, self.status) {
+                (true, Some(s)) if s >= 400 => c.error_statuses += 1,
+                (true, _) => c.responses += 1,
+                (false, _) if self.outcome == Outcome::Rejected => c.rejected += 1,
+                (false, _) => c.cancelled += 1,
+            }
+        }
+        let Some(log) = &self.shared.log else {
+            return;
+        };
+        let (method, path) = self
+            .head
+            .take()
+            .unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
+        log.log(Record {
+            time: SystemTime::now(),
+            peer: self.conn.peer,
+            alpn: self.conn.alpn.clone(),
+            method,
+            path,
+            status: self.status,
+            bytes: self.sent,
+            duration: self.started.elapsed(),
+            outcome: self.outcome,
+        });
+    }
+}
+
+/// A request past the GOAWAY: refused unprocessed (`H3_REQUEST_REJECTED`), for the client
+/// to retry elsewhere.
+async fn reject(resolver: Resolver, mut ledger: Ledger) {
+    ledger.outcome = Outcome::Rejected;
+    if let Ok((_, mut stream)) = resolver.resolve_request().await {
+        stream.stop_sending(Code::H3_REQUEST_REJECTED);
+        stream.stop_stream(Code::H3_REQUEST_REJECTED);
+    }
+}
+
+/// A request's task: its head, the service's response, and that response sent.
+async fn respond(resolver: Resolver, service: Arc<dyn Service>, mut ledger: Ledger) {
+    let (request, stream) = match resolver.resolve_request().await {
+        Ok(r) => r,
+        Err(e) => return ledger.failed(&e),
+    };
+    let head_only = request.method() == Method::HEAD;
+    ledger.head = ledger.shared.log.as_ref().map(|_| {
+        let path = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        (request.method().to_string(), path)
+    });
+    let (mut send, recv) = stream.split();
+    let body = RequestBody::new(recv, Rc::clone(&ledger.read));
+    let response = service.call(request.map(|()| body)).await;
+    let (mut parts, mut body) = response.into_parts();
+    if !head_only
+        && !parts.headers.contains_key(CONTENT_LENGTH)
+        && let Some(n) = body.exact_len()
+    {
+        parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    ledger.status = Some(parts.status.as_u16());
+    if let Err(e) = send.send_response(Response::from_parts(parts, ())).await {
+        return ledger.failed(&e);
+    }
+    if !head_only {
+        match send_body(&mut send, &mut body, &mut ledger).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => return ledger.failed(&e),
+        }
+    }
+    if let Err(e) = send.finish().await {
+        return ledger.failed(&e);
+    }
+    ledger.outcome = Outcome::Answered;
+    ledger.answered = true;
+}
+
+type SendHalf = h3::server::RequestStream<neqo_h3::SendStream, Bytes>;
+
+/// Sends `body`'s frames. A body that fails resets the stream (`H3_INTERNAL_ERROR`): the
+/// client sees a response cut short, never one that looks whole. Returns whether the body
+/// went whole (the stream is then to be finished).
+async fn send_body(
+    send: &mut SendHalf,
+    body: &mut ResponseBody,
+    ledger: &mut Ledger,
+) -> Result<bool, StreamError> {
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!("response body failed: {e}");
+                send.stop_stream(Code::H3_INTERNAL_ERROR);
+                ledger.outcome = Outcome::Reset(Code::H3_INTERNAL_ERROR.value());
+                return Ok(false);
+            }
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                let n = data.len() as u64;
+                send.send_data(data).await?;
+                ledger.sent += n;
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    send.send_trailers(trailers).await?;
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
