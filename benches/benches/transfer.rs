@@ -11,7 +11,8 @@
 //!
 //! Each runs in I/O mode `batched` and `single`, pacing on; Download, Upload and 100-conn also with
 //! pacing off (`batched-unpaced`, `single-unpaced`); Download and RPS also over HTTP/3
-//! (`batched-h3`: the same requests with ALPN `h3`, beside `hq-interop`). One server per benchmark function. After
+//! (`batched-h3`: the same requests with ALPN `h3`, beside `hq-interop`; `batched-h3-service`:
+//! answered by the library's service path, the `Files` service on the h3 crate). One server per benchmark function. After
 //! each, a line gives the mean datagrams per syscall of both sides in both directions, the
 //! kernel drops, lost packets, and the process CPU time per MiB, request or connection.
 //!

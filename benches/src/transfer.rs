@@ -14,7 +14,7 @@ use std::{
 use neqo_bin::client::{self, ClientConfig, ClientReport};
 use neqo_driver::tls::Trust;
 use neqo_protocols::{ALPN_H3, ALPN_HQ, ALPN_PERF};
-use neqo_server_core::{ServerConfig, ServerHandle, ServerReport};
+use neqo_server_core::{App, Files, ServerConfig, ServerHandle, ServerReport};
 use neqo_udp::{IoMode, Stats};
 
 use crate::{cpu, tcp_tls};
@@ -111,6 +111,7 @@ impl Scenario {
         }
         if self.has_h3_variant() {
             v.push(Variant::h3(IoMode::Batched, true));
+            v.push(Variant::h3_service(IoMode::Batched, true));
         }
         v
     }
@@ -250,6 +251,9 @@ pub struct Variant {
     pub pacing: bool,
     /// HTTP/3 (`h3`) rather than `hq-interop`, for the scenarios that request bodies.
     pub h3: bool,
+    /// With `h3`: answered by the library's service path (the `Files` service on the h3
+    /// crate) instead of the built-in HTTP/3.
+    pub service: bool,
 }
 
 impl Variant {
@@ -259,6 +263,7 @@ impl Variant {
             mode,
             pacing,
             h3: false,
+            service: false,
         }
     }
 
@@ -268,11 +273,24 @@ impl Variant {
             mode,
             pacing,
             h3: true,
+            service: false,
+        }
+    }
+
+    /// Over HTTP/3 answered by a service: what the service path costs beside the built-in.
+    #[must_use]
+    pub const fn h3_service(mode: IoMode, pacing: bool) -> Self {
+        Self {
+            mode,
+            pacing,
+            h3: true,
+            service: true,
         }
     }
 
     /// The benchmark's parameter: the I/O mode, with `-unpaced` when pacing is off and
-    /// `-h3` over HTTP/3: `batched`, `single-unpaced`, `batched-h3`, ...
+    /// `-h3` over HTTP/3, `-h3-service` through a service: `batched`, `single-unpaced`,
+    /// `batched-h3`, `batched-h3-service`, ...
     #[must_use]
     pub fn label(self) -> String {
         let mut s = self.mode.to_string();
@@ -281,6 +299,9 @@ impl Variant {
         }
         if self.h3 {
             s.push_str("-h3");
+        }
+        if self.service {
+            s.push_str("-service");
         }
         s
     }
@@ -326,7 +347,7 @@ impl Fixture {
     /// # Errors
     /// When the server cannot start.
     pub fn start(scenario: Scenario, workload: Workload, variant: Variant) -> anyhow::Result<Self> {
-        let server = ServerHandle::start(ServerConfig {
+        let mut config = ServerConfig {
             listen: vec!["127.0.0.1:0".parse()?],
             socket: neqo_udp::Config::default().with_mode(variant.mode),
             driver: ServerConfig::default().driver.with_pacing(variant.pacing),
@@ -336,7 +357,11 @@ impl Fixture {
                 ServerConfig::default().alpns
             },
             ..ServerConfig::default()
-        })?;
+        };
+        if variant.service {
+            config.apps.insert(ALPN_H3, App::http3(Files::generated()));
+        }
+        let server = ServerHandle::start(config)?;
         Ok(Self {
             scenario,
             workload,
@@ -571,16 +596,25 @@ mod tests {
     /// the `hq-interop` ones do.
     #[test]
     fn the_h3_variants_run_over_http3() {
+        let both = [
+            (Variant::h3(IoMode::Batched, true), "/batched-h3: 1 runs"),
+            (
+                Variant::h3_service(IoMode::Batched, true),
+                "/batched-h3-service: 1 runs",
+            ),
+        ];
         for scenario in Scenario::ALL.into_iter().filter(|s| s.has_h3_variant()) {
-            let w = scenario.small();
-            let mut f = Fixture::start(scenario, w, Variant::h3(IoMode::Batched, true)).unwrap();
-            f.run().unwrap();
-            let s = f.finish().unwrap();
-            let requests = (w.requests * w.connections) as u64;
-            assert_eq!(s.server.http3.responses, requests, "{}", scenario.name());
-            assert_eq!(s.server.http3.body_bytes, w.bytes * requests);
-            assert_eq!(s.server.bytes_sent, w.bytes * requests);
-            assert!(s.line().contains("/batched-h3: 1 runs"), "{}", s.line());
+            for (variant, label) in both {
+                let w = scenario.small();
+                let mut f = Fixture::start(scenario, w, variant).unwrap();
+                f.run().unwrap();
+                let s = f.finish().unwrap();
+                let requests = (w.requests * w.connections) as u64;
+                assert_eq!(s.server.http3.responses, requests, "{}", scenario.name());
+                assert_eq!(s.server.http3.body_bytes, w.bytes * requests);
+                assert_eq!(s.server.bytes_sent, w.bytes * requests);
+                assert!(s.line().contains(label), "{}", s.line());
+            }
         }
     }
 
@@ -629,8 +663,12 @@ mod tests {
             "batched-unpaced"
         );
         assert_eq!(Variant::h3(IoMode::Batched, true).label(), "batched-h3");
-        assert_eq!(Scenario::Download.variants().len(), 5);
-        assert_eq!(Scenario::Rps.variants().len(), 3);
+        assert_eq!(
+            Variant::h3_service(IoMode::Batched, true).label(),
+            "batched-h3-service"
+        );
+        assert_eq!(Scenario::Download.variants().len(), 6);
+        assert_eq!(Scenario::Rps.variants().len(), 4);
         assert_eq!(Scenario::Hps.variants().len(), 2);
     }
 }

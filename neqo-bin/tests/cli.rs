@@ -426,6 +426,7 @@ fn bad_settings_are_refused_at_start() {
     ];
     let server_only: &[(&[&str], &str)] = &[
         (&["--alpn", "hq-interop,h2"], "--alpn"),
+        (&["--h3-service"], "--h3-service"),
         (&["--max-connections", "0"], "--max-connections"),
         (&["--stats", "--stats-interval", "0"], "--stats-interval"),
         (&["--stats", "--stats-interval", "-1"], "--stats-interval"),

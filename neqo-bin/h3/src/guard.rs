@@ -27,6 +27,7 @@ const DATA: u64 = 0x0;
 /// A frame with no length: the rest of the stream belongs to a WebTransport session.
 const WEBTRANSPORT_STREAM: u64 = 0x41;
 const CONTROL_STREAM: u64 = 0x0;
+const PUSH_STREAM: u64 = 0x1;
 const ENCODER_STREAM: u64 = 0x2;
 const DECODER_STREAM: u64 = 0x3;
 /// RFC 9204 section 4.3.1, Set Dynamic Table Capacity (`001` and a 5-bit prefix) to 0.
@@ -84,6 +85,8 @@ enum State {
     },
     /// Bytes the guard does not look into, handed to `h3` as they come.
     Opaque,
+    /// A unidirectional stream of a type `h3` does not read: dropped as it comes.
+    Skipped,
 }
 
 /// A QUIC variable-length integer (RFC 9000 section 16) read a byte at a time.
@@ -115,6 +118,8 @@ pub(super) struct Guard {
     varint: Varint,
     /// A unidirectional stream: its frames are the control stream's.
     uni: bool,
+    /// A client's unidirectional stream, read by a server: never a push stream.
+    from_client: bool,
 }
 
 impl Default for Guard {
@@ -130,6 +135,7 @@ impl Guard {
             state: State::FrameType,
             varint: Varint::default(),
             uni: false,
+            from_client: false,
         }
     }
 
@@ -139,6 +145,16 @@ impl Guard {
             state: State::StreamType,
             varint: Varint::default(),
             uni: true,
+            from_client: false,
+        }
+    }
+
+    /// For a client's unidirectional stream at a server: as [`uni`](Self::uni), and a push
+    /// stream is refused.
+    pub(super) fn client_uni() -> Self {
+        Self {
+            from_client: true,
+            ..Self::uni()
         }
     }
 
@@ -165,6 +181,7 @@ impl Guard {
                     (n, take)
                 }
                 State::Opaque => (rest.len(), Take::Complete),
+                State::Skipped => (rest.len(), Take::Discard),
                 State::Encoder => {
                     // Only a capacity of 0 can be set in a table of capacity 0 (RFC 9204
                     // section 4.3.1); an insertion or duplication has no room (section 3.2.2).
@@ -201,9 +218,17 @@ impl Guard {
                     CONTROL_STREAM => State::FrameType,
                     ENCODER_STREAM => State::Encoder,
                     DECODER_STREAM => State::Decoder,
-                    // Push streams (a server's only), WebTransport, reserved and unknown
-                    // types: `h3` stops reading them.
-                    _ => State::Opaque,
+                    // RFC 9114 section 6.2.2: only servers push.
+                    PUSH_STREAM if self.from_client => {
+                        return Err(Violation::Connection(
+                            Code::H3_STREAM_CREATION_ERROR.value(),
+                            "a push stream from a client",
+                        ));
+                    }
+                    // Push streams (a server's, never asked for here), WebTransport, reserved
+                    // and unknown types: `h3` stops reading them, and what they carry is
+                    // dropped as it arrives (section 6.2), never held.
+                    _ => State::Skipped,
                 };
                 Ok(Take::Complete)
             }
@@ -456,14 +481,25 @@ mod tests {
     }
 
     #[test]
-    fn unknown_streams_and_webtransport_are_passed_unread() {
-        // A reserved stream type (0x21, two bytes), then anything.
+    fn unknown_streams_are_dropped_unread_and_webtransport_passed() {
+        // A reserved stream type (0x21, two bytes), then anything: dropped.
         let mut bytes = vec![0x40, 0x21];
         bytes.extend_from_slice(&[0xff; 10]);
-        let got = scan(&mut Guard::uni(), &bytes, 1).unwrap();
-        assert_eq!(got[0], cut(2, Take::Complete));
-        assert!(got[1..].iter().all(|c| c.take == Take::Complete), "{got:?}");
-        assert_eq!(got[1..].iter().map(|c| c.len).sum::<usize>(), 10);
+        for guard in [Guard::uni(), Guard::client_uni()] {
+            let got = scan(&mut guard.clone(), &bytes, 1).unwrap();
+            assert_eq!(got[0], cut(2, Take::Complete));
+            assert!(got[1..].iter().all(|c| c.take == Take::Discard), "{got:?}");
+            assert_eq!(got[1..].iter().map(|c| c.len).sum::<usize>(), 10);
+        }
+        // A push stream: a server's is dropped too (never asked for), a client's refused.
+        assert_eq!(
+            scan(&mut Guard::uni(), &[0x01, 0x00, 0x05], 3).unwrap(),
+            vec![cut(1, Take::Complete), cut(2, Take::Discard)]
+        );
+        assert!(matches!(
+            scan(&mut Guard::client_uni(), &[0x01, 0x00], 2),
+            Err(Violation::Connection(0x103, _))
+        ));
         let mut wt = vec![0x40, 0x41];
         wt.extend_from_slice(&[0xff; 10]);
         let got = scan(&mut Guard::bidi(), &wt, 100).unwrap();

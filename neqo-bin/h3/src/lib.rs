@@ -14,8 +14,9 @@
 //! - `testing` (feature `testing`): an HTTP/3 client for tests on neqo-driver's in-memory
 //!   network.
 //!
-//! `neqo-client` speaks HTTP/3 through it; neqo-server reads and writes HTTP/3 itself, with
-//! no task per request.
+//! `neqo-client` speaks HTTP/3 through it, and so do the services behind neqo-server-core's
+//! `Server`; neqo-server's built-in HTTP/3 reads and writes the frames itself, with no task
+//! per request.
 
 mod conn;
 mod connections;

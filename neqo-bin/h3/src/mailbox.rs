@@ -176,7 +176,7 @@ impl Mailbox {
         match event {
             Event::Stream(StreamEvent::Opened { dir }) => {
                 while let Some(id) = conn.streams().accept(*dir) {
-                    self.streams.insert(id, Stream::new(*dir, false));
+                    self.streams.insert(id, Stream::new(id, false));
                     match dir {
                         Dir::Bi => self.accepted_bi.push_back(id),
                         Dir::Uni => self.accepted_uni.push_back(id),
@@ -311,7 +311,7 @@ impl Mailbox {
                     break;
                 };
                 *want -= 1;
-                self.streams.insert(id, Stream::new(dir, true));
+                self.streams.insert(id, Stream::new(id, true));
                 queue.push_back(id);
                 opened += 1;
             }

@@ -6,7 +6,7 @@ use std::task::Waker;
 use bytes::{Buf as _, Bytes};
 use h3::{error::Code, quic::WriteBuf};
 use neqo_driver::IdSet;
-use quinn_proto::{Connection, Dir, FinishError, StreamId, WriteError};
+use quinn_proto::{Connection, Dir, FinishError, Side, StreamId, WriteError};
 
 use super::{
     guard::Guard,
@@ -42,10 +42,13 @@ pub(super) struct Stream {
 }
 
 impl Stream {
-    pub(super) fn new(dir: Dir, local: bool) -> Self {
+    /// Stream `id`, opened here (`local`) or by the peer.
+    pub(super) fn new(id: StreamId, local: bool) -> Self {
+        let dir = id.dir();
         Self {
             inbound: Inbound::new(match dir {
                 Dir::Bi => Guard::bidi(),
+                Dir::Uni if !local && id.initiator() == Side::Client => Guard::client_uni(),
                 Dir::Uni => Guard::uni(),
             }),
             recv_end: None,

@@ -124,9 +124,10 @@ impl ServerApp {
 
 #[cfg(test)]
 impl ServerApp {
-    /// The most bytes one HTTP/3 connection held for frames not yet whole at once.
+    /// The most bytes one HTTP/3 connection (the built-in's or a service's) held for frames
+    /// not yet whole at once.
     pub(super) fn h3_peak_held(&self) -> usize {
-        self.http3.peak_held()
+        self.http3.peak_held().max(self.services.peak_held())
     }
 
     /// What the HTTP/3 connections keep.

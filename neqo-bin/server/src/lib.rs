@@ -89,7 +89,7 @@ pub use self::{
     access_log::{AccessLog, AccessLogFormat, Outcome, Record},
     admission::{AdmissionCounters, Limits, RetryPolicy},
     apps::{
-        App, Apps, BoxError, IntoResponse, QuicApp, QuicSession, RequestBody, ResponseBody,
+        App, Apps, BoxError, Files, IntoResponse, QuicApp, QuicSession, RequestBody, ResponseBody,
         Service, ServiceFn, ServiceFuture, service_fn,
     },
     budget::{Budget, DEFAULT_BUDGET, MAX_WINDOW, MIN_WINDOW},

@@ -333,6 +333,7 @@ mod tests {
         for ok in [
             &["--idle-timeout", "0.5"][..],
             &["--alpn", "perf,perf,hq-interop"],
+            &["--alpn", "hq-interop,h3", "--h3-service"],
             &["--max-connections", "1"],
             &["--stats", "--stats-interval", "0.1"],
             &["--stats", "--stats-interval", "86400"],
@@ -350,6 +351,7 @@ mod tests {
             (&["--alpn", ""], "--alpn \"\""),
             (&["--alpn", "perf,"], "--alpn \"\""),
             (&["--max-connections", "0"], "--max-connections 0"),
+            (&["--h3-service"], "--h3-service: h3 is not among --alpn"),
             (&["--stats", "--stats-interval", "0"], "--stats-interval 0"),
             (
                 &["--stats", "--stats-interval", "0.09"],

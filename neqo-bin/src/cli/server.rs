@@ -6,8 +6,8 @@ use anyhow::{Context as _, bail};
 use neqo_driver::tls::{self, Certificates, Identity};
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 use neqo_server_core::{
-    Budget, DRAIN_TIMEOUT, LayoutError, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS, Server,
-    ServerConfig, ServerError, ServerId, ServerKeys, Steering,
+    App, Apps, Budget, DRAIN_TIMEOUT, Files, LayoutError, Limits, MAX_DRAIN_TIMEOUT, MAX_WORKERS,
+    Server, ServerConfig, ServerError, ServerId, ServerKeys, Steering,
 };
 
 use clap::CommandFactory as _;
@@ -142,6 +142,10 @@ pub struct ServerArgs {
     /// decrypted (Wireshark); without this flag the variable is ignored.
     #[arg(long, help_heading = OBSERVABILITY)]
     pub keylog: bool,
+    /// Serve h3 through the library's service path (neqo-server-core's `Files` service on
+    /// the h3 crate) instead of the built-in HTTP/3: the same answers, to compare the two.
+    #[arg(long, help_heading = super::TUNING, hide_short_help = true)]
+    pub h3_service: bool,
     #[command(flatten)]
     pub io: IoArgs,
 }
@@ -174,6 +178,9 @@ impl ServerArgs {
         }
         for a in &self.alpn {
             check_alpn("--alpn", a)?;
+        }
+        if self.h3_service && !self.alpn.iter().any(|a| a == neqo_protocols::ALPN_H3) {
+            bail!("--h3-service: h3 is not among --alpn");
         }
         if let Some(n) = self.max_connections {
             check_positive("--max-connections", n)?;
@@ -270,6 +277,27 @@ impl ServerArgs {
             MIN_STATS_INTERVAL,
             MAX_STATS_INTERVAL,
         )
+    }
+
+    /// Whether `/N` is answered: without --root always, with it only with --generate.
+    const fn generates(&self) -> bool {
+        self.root.is_none() || self.generate
+    }
+
+    /// With --h3-service, h3 answered by the `Files` service.
+    fn apps(&self) -> anyhow::Result<Apps> {
+        let mut apps = Apps::default();
+        if self.h3_service {
+            let files = match &self.root {
+                Some(root) => Files::new(root).map_err(flagged)?,
+                None => Files::generated(),
+            };
+            apps.insert(
+                neqo_protocols::ALPN_H3,
+                App::http3(files.generating(self.generates())),
+            );
+        }
+        Ok(apps)
     }
 
     /// `--alpn` without repeats, in the order given.
@@ -380,11 +408,11 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
     let config = ServerConfig {
         listen: args.listen.clone(),
         root: args.root.clone(),
-        generate: args.root.is_none() || args.generate,
+        generate: args.generates(),
         access_log: log.clone(),
         certificates: Some(certificates.clone()),
         alpns: args.alpns(),
-        apps: neqo_server_core::Apps::default(),
+        apps: args.apps()?,
         limits: args.limits()?,
         budget: args.budget(),
         keys: match &args.key_file {

@@ -242,11 +242,12 @@ fn kill(pid: u32, signal: &str) {
 }
 
 impl Job {
-    /// Starts job number `n` of kind `kind` against `server`, its files in `dir` (made here).
+    /// Starts job number `n` of kind `kind` against `server`, its files in `dir` (made here);
+    /// a server of its own serves h3 through the service path if `h3_service`.
     pub fn start(
         kind: Kind,
         n: u64,
-        server: SocketAddr,
+        (server, h3_service): (SocketAddr, bool),
         dir: &Path,
         rng: &mut StdRng,
     ) -> anyhow::Result<Self> {
@@ -424,18 +425,20 @@ impl Job {
             Kind::H3Drain => {
                 let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
                 let s = Server::start(
-                    Command::new(release_binary("neqo-server")).args([
-                        "--listen".into(),
-                        "127.0.0.1:0".into(),
-                        "--alpn".into(),
-                        "h3".into(),
-                        "--workers".into(),
-                        "1".into(),
-                        "--drain-timeout".into(),
-                        "5".into(),
-                        "--metrics".into(),
-                        metrics.to_string(),
-                    ]),
+                    Command::new(release_binary("neqo-server"))
+                        .args([
+                            "--listen".into(),
+                            "127.0.0.1:0".into(),
+                            "--alpn".into(),
+                            "h3".into(),
+                            "--workers".into(),
+                            "1".into(),
+                            "--drain-timeout".into(),
+                            "5".into(),
+                            "--metrics".into(),
+                            metrics.to_string(),
+                        ])
+                        .args(h3_service.then_some("--h3-service")),
                     Duration::from_secs(20),
                 )
                 .map_err(|e| anyhow::anyhow!("neqo-server (to drain): {e}"))?;

@@ -21,8 +21,12 @@
 //! after warm-up; the state at the end. Exits non-zero on an unexplained failure, on state
 //! left once the load stopped, or on a server that did not exit cleanly.
 //!
+//! With `--h3-service` the servers answer h3 through the library's service path (neqo-server
+//! `--h3-service`: the `Files` service on the h3 crate) instead of the built-in HTTP/3, under
+//! the same load and checks.
+//!
 //! `cargo run --release -p benches --bin soak -- [--minutes 30] [--seed 1] [--clients 6]
-//! [--out target/soak] [--no-build]`
+//! [--out target/soak] [--no-build] [--h3-service]`
 //!
 //! Linux only (it reads `/proc`); loopback only: the server, the relays and the spoofed
 //! sources are on 127.0.0.0/8.
@@ -107,6 +111,10 @@ mod linux {
         /// Use the binaries in target/release as they are.
         #[arg(long)]
         no_build: bool,
+        /// Serve h3 through the library's service path (`neqo-server --h3-service`): the
+        /// soak's server and the servers its drain jobs shut down.
+        #[arg(long)]
+        h3_service: bool,
     }
 
     /// `--minutes`: 0.5 to 600.
@@ -227,7 +235,8 @@ mod linux {
                 .arg("--access-log")
                 .arg(a.out.join("access.log"))
                 .args(["--metrics", &metrics.to_string(), "--json"])
-                .arg(a.out.join("server.json")),
+                .arg(a.out.join("server.json"))
+                .args(a.h3_service.then_some("--h3-service")),
             Duration::from_secs(30),
         )
         .map_err(|e| anyhow::anyhow!("neqo-server: {e}"))?;
@@ -290,7 +299,13 @@ mod linux {
         while load_start.elapsed() < duration {
             while running.len() < a.clients {
                 n += 1;
-                running.push(Job::start(draw(&mut rng), n, addr, &jobs_dir, &mut rng)?);
+                running.push(Job::start(
+                    draw(&mut rng),
+                    n,
+                    (addr, a.h3_service),
+                    &jobs_dir,
+                    &mut rng,
+                )?);
             }
             if Instant::now() >= next_burst {
                 bursts.push(burst(addr, rng.random()));

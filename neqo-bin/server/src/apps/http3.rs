@@ -27,7 +27,7 @@ use neqo_driver::Driver;
 use neqo_h3::{Connections, H3Connection, Spawner};
 use quinn_proto::{Connection, ConnectionHandle, Event, VarInt};
 
-use super::service::{RequestBody, ResponseBody, Service};
+use super::service::{BodyRead, RequestBody, ResponseBody, Service};
 use crate::{
     access_log::{AccessLog, Outcome, Record},
     http3::{Http3Counters, MAX_FIELD_SECTION},
@@ -199,6 +199,16 @@ impl Services {
             })
     }
 
+    /// The most bytes one of its connections held for `h3` at once.
+    #[cfg(test)]
+    pub(crate) fn peak_held(&self) -> usize {
+        self.conns
+            .iter()
+            .map(|(_, engine, _)| engine.peak_held())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Brings `report` up to date with what its requests did since the last call.
     pub(crate) fn report(&mut self, report: &mut crate::ServerReport) {
         let now = *self.shared.counters.borrow();
@@ -286,7 +296,7 @@ struct Ledger {
     head: Option<(String, String)>,
     status: Option<u16>,
     sent: u64,
-    read: Rc<Cell<u64>>,
+    read: Rc<BodyRead>,
     outcome: Outcome,
     /// The whole response went.
     answered: bool,
@@ -309,6 +319,13 @@ impl Ledger {
 
     /// The stream failed with `e`.
     fn failed(&mut self, e: &StreamError) {
+        if let StreamError::HeaderTooBig { .. } = e {
+            // `h3` answered it 431 (RFC 9114 section 4.2.2) and ended the stream.
+            self.status = Some(431);
+            self.outcome = Outcome::Answered;
+            self.answered = true;
+            return;
+        }
         self.outcome = match e {
             StreamError::RemoteTerminate { code, .. } => Outcome::Cancelled(code.value()),
             StreamError::ConnectionError { .. } => Outcome::ConnectionLost,
@@ -325,7 +342,7 @@ impl Drop for Ledger {
         {
             let mut c = self.shared.counters.borrow_mut();
             c.body_bytes += self.sent;
-            c.uploaded_bytes += self.read.get();
+            c.uploaded_bytes += self.read.bytes.get();
             match (self.answered, self.status) {
                 (true, Some(s)) if s >= 400 => c.error_statuses += 1,
                 (true, _) => c.responses += 1,
@@ -379,9 +396,19 @@ async fn respond(resolver: Resolver, service: Arc<dyn Service>, mut ledger: Ledg
             .to_owned();
         (request.method().to_string(), path)
     });
+    let expected = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
     let (mut send, recv) = stream.split();
-    let body = RequestBody::new(recv, Rc::clone(&ledger.read));
+    let body = RequestBody::new(recv, expected, Rc::clone(&ledger.read));
     let response = service.call(request.map(|()| body)).await;
+    if ledger.read.malformed.get() {
+        // RFC 9114 section 4.1.2: a malformed request is a stream error.
+        send.stop_stream(Code::H3_MESSAGE_ERROR);
+        ledger.outcome = Outcome::Reset(Code::H3_MESSAGE_ERROR.value());
+        return;
+    }
     let (mut parts, mut body) = response.into_parts();
     if !head_only
         && !parts.headers.contains_key(CONTENT_LENGTH)

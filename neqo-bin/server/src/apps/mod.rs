@@ -8,20 +8,22 @@
 //! A connection is the built-in server's until its TLS handshake says which ALPN it chose,
 //! before any of its streams can open; then it goes to that ALPN's application.
 
+mod files;
 mod http3;
 mod quic;
 mod service;
 
 use std::{fmt, sync::Arc};
 
-pub(crate) use self::{http3::Services, quic::Sessions};
 pub use self::{
+    files::Files,
     quic::{QuicApp, QuicSession},
     service::{
         BoxError, IntoResponse, RequestBody, ResponseBody, Service, ServiceFn, ServiceFuture,
         service_fn,
     },
 };
+pub(crate) use self::{http3::Services, quic::Sessions};
 
 /// What serves the connections of one ALPN.
 #[derive(Clone)]

@@ -6,9 +6,11 @@
 //! read, a computation) belongs on a pool of its own, its result awaited.
 
 use std::{
+    cell::Cell,
     fmt,
     future::Future,
     pin::Pin,
+    rc::Rc,
     task::{Context, Poll},
 };
 
@@ -89,23 +91,47 @@ impl<F> fmt::Debug for ServiceFn<F> {
 /// The request stream's receiving half, as `h3` reads it.
 pub(super) type RecvHalf = h3::server::RequestStream<neqo_h3::RecvStream, Bytes>;
 
+/// What reading a request's body found, for the request's bookkeeping.
+#[derive(Debug, Default)]
+pub(super) struct BodyRead {
+    /// Bytes read.
+    pub(super) bytes: Cell<u64>,
+    /// Its length differs from its `content-length`: the request is malformed (RFC 9114
+    /// section 4.1.2) and its stream is to be reset with `H3_MESSAGE_ERROR`.
+    pub(super) malformed: Cell<bool>,
+}
+
 /// A request's body, read off its stream as it is polled: its DATA frames, then its trailers
-/// if it has any. A client that ends the stream abruptly ends the body with an error.
+/// if it has any. A client that ends the stream abruptly, or sends a body whose length is not
+/// its `content-length`, ends the body with an error.
 pub struct RequestBody {
     stream: Option<RecvHalf>,
     /// Data frames are done: trailers next.
     trailers: bool,
-    /// What was read, told to the request's bookkeeping.
-    read: std::rc::Rc<std::cell::Cell<u64>>,
+    /// The request's `content-length`.
+    expected: Option<u64>,
+    read: Rc<BodyRead>,
 }
 
 impl RequestBody {
-    pub(super) fn new(stream: RecvHalf, read: std::rc::Rc<std::cell::Cell<u64>>) -> Self {
+    pub(super) fn new(stream: RecvHalf, expected: Option<u64>, read: Rc<BodyRead>) -> Self {
         Self {
             stream: Some(stream),
             trailers: false,
+            expected,
             read,
         }
+    }
+
+    /// The body broke its `content-length`: the request is malformed.
+    fn malformed(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(mut s) = self.stream.take() {
+            s.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+        }
+        self.read.malformed.set(true);
+        Poll::Ready(Some(Err(
+            "the request's body is not as long as its content-length".into(),
+        )))
     }
 
     /// The whole body, however long: a service that reads a client's upload whole states its
@@ -121,7 +147,7 @@ impl RequestBody {
 impl fmt::Debug for RequestBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RequestBody")
-            .field("read", &self.read.get())
+            .field("read", &self.read.bytes.get())
             .field("ended", &self.stream.is_none())
             .finish()
     }
@@ -143,8 +169,15 @@ impl Body for RequestBody {
             match std::task::ready!(stream.poll_recv_data(cx)) {
                 Ok(Some(mut data)) => {
                     let data = data.copy_to_bytes(data.remaining());
-                    this.read.set(this.read.get() + data.len() as u64);
+                    let read = this.read.bytes.get() + data.len() as u64;
+                    this.read.bytes.set(read);
+                    if this.expected.is_some_and(|n| read > n) {
+                        return this.malformed();
+                    }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(None) if this.expected.is_some_and(|n| this.read.bytes.get() != n) => {
+                    return this.malformed();
                 }
                 Ok(None) => this.trailers = true,
                 Err(e) => {
@@ -154,10 +187,16 @@ impl Body for RequestBody {
             }
         }
         let r = std::task::ready!(stream.poll_recv_trailers(cx));
-        // Kept (not dropped) once read: dropping the receiving half early would refuse what
-        // the client still sends, and it sent its last.
         this.trailers = true;
         match r {
+            // Over the field section limit the server advertised: dropped, as the built-in
+            // HTTP/3 drops them (RFC 9114 section 4.2.2 lets a server refuse such a section),
+            // and the body ends whole.
+            Err(h3::error::StreamError::HeaderTooBig { .. }) => {
+                tracing::debug!("request trailers over the field section limit: dropped");
+                this.stream = None;
+                Poll::Ready(None)
+            }
             Ok(Some(t)) => {
                 this.stream = None;
                 Poll::Ready(Some(Ok(Frame::trailers(t))))

@@ -9,7 +9,7 @@ use super::{
 
 /// The request methods the server tells apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Method {
+pub(crate) enum Method {
     Get,
     Head,
     Post,
@@ -31,11 +31,11 @@ impl Method {
 
 /// A request's head: what the server acts on.
 #[derive(Debug)]
-pub(super) struct Head {
-    pub(super) method: Method,
+pub(crate) struct Head {
+    pub(crate) method: Method,
     /// `:path` (empty for `CONNECT`).
-    pub(super) path: String,
-    pub(super) content_length: Option<u64>,
+    pub(crate) path: String,
+    pub(crate) content_length: Option<u64>,
 }
 
 /// Why a head was not taken.

@@ -18,11 +18,11 @@
 
 mod control;
 mod frames;
-mod head;
+pub(crate) mod head;
 mod peer;
 mod qpack;
 mod request;
-mod respond;
+pub(crate) mod respond;
 mod session;
 
 use std::{

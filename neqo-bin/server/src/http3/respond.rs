@@ -41,7 +41,7 @@ fn content_type(path: &str) -> &'static str {
 }
 
 /// The media type of generated bodies.
-pub(super) const GENERATED: &str = "application/octet-stream";
+pub(crate) const GENERATED: &str = "application/octet-stream";
 
 /// A response's start: its HEADERS frame and, when it has a body, the DATA frame header that
 /// announces all of it.
@@ -59,7 +59,7 @@ pub(super) fn start(status: u16, len: u64, media: Option<&str>, with_body: bool)
 
 /// How a request is answered.
 #[derive(Debug)]
-pub(super) enum Plan {
+pub(crate) enum Plan {
     /// An error status and no body.
     Status(u16),
     /// `/N`: N pattern bytes (only the head for `HEAD`).
@@ -81,7 +81,7 @@ pub(super) enum Plan {
 }
 
 /// How to answer `head`, under `root` if any, `/N` generated if `generate` (else not found).
-pub(super) fn plan(head: &Head, root: Option<&Root>, generate: bool) -> Plan {
+pub(crate) fn plan(head: &Head, root: Option<&Root>, generate: bool) -> Plan {
     let is_head = match head.method {
         Method::Get => false,
         Method::Head => true,
@@ -119,7 +119,7 @@ pub(super) fn plan(head: &Head, root: Option<&Root>, generate: bool) -> Plan {
 
 /// What a file job found.
 #[derive(Debug)]
-pub(super) enum Got {
+pub(crate) enum Got {
     /// The file is open: its length, and its first chunk unless only the head is wanted.
     Opened { len: u64, first: Option<FileChunk> },
     /// The next chunk.
@@ -141,7 +141,7 @@ pub(super) struct FileDone {
 }
 
 /// Opens `path` under `root` and, unless `head`, reads its first chunk. Blocking.
-pub(super) fn open(root: &Path, path: &str, head: bool) -> Got {
+pub(crate) fn open(root: &Path, path: &str, head: bool) -> Got {
     let (file, len) = match hq::open(Some(root), path) {
         Ok(opened) => opened,
         Err(hq::Error::Io(e)) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -162,7 +162,7 @@ pub(super) fn open(root: &Path, path: &str, head: bool) -> Got {
 }
 
 /// Reads the next chunk of `file`, `remaining` bytes from its end. Blocking.
-pub(super) fn next_chunk(file: File, remaining: u64) -> Got {
+pub(crate) fn next_chunk(file: File, remaining: u64) -> Got {
     disk::read_chunk(file, remaining).map_or_else(|e| Got::Failed(e.to_string()), Got::Chunk)
 }
 

@@ -127,6 +127,17 @@ pub(super) fn exchange_with(
 
 #[test]
 fn files_generated_bodies_and_error_statuses_over_http3() {
+    files_generated_bodies_and_error_statuses(false);
+}
+
+/// The same requests answered by the `Files` service on the library's service path (h3's
+/// HTTP/3): the same answers byte for byte, the same counts.
+#[test]
+fn the_files_service_answers_as_the_built_in_http3_does() {
+    files_generated_bodies_and_error_statuses(true);
+}
+
+fn files_generated_bodies_and_error_statuses(via_service: bool) {
     let page = b"<!doctype html><title>t</title><img src=img.png>".to_vec();
     let image: Vec<u8> = (0..100_003u32).map(|i| (i * 7 % 256) as u8).collect();
     let big = vec![b'x'; 3_000_000];
@@ -136,12 +147,16 @@ fn files_generated_bodies_and_error_statuses_over_http3() {
         ("img.png", &image),
         ("big.bin", &big),
     ]);
-    let config = ServerConfig {
+    let mut config = ServerConfig {
         listen: vec![SERVER],
         root: Some(root.0.clone()),
         alpns: vec![ALPN_H3.into(), ALPN_HQ.into()],
         ..ServerConfig::default()
     };
+    if via_service {
+        let files = crate::Files::new(&root.0).unwrap().generating(true);
+        config.apps.insert(ALPN_H3, crate::App::http3(files));
+    }
     let c = Client::new(
         SERVER,
         testing::config(),

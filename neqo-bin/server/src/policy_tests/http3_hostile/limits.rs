@@ -49,7 +49,7 @@ fn a_control_frame_over_the_size_limit_closes_the_connection() {
 /// this server read HTTP/3 itself) the bodies were held, up to half the window.
 #[test]
 fn request_bodies_the_server_does_not_need_are_not_held() {
-    let mut b = Bench::with(super::super::minimal_budget());
+    let mut b = Bench::with(crate::policy_tests::minimal_budget());
     let raw = b.raw_with(
         neqo_h3::testing::config_with_stream_window(8 * 1024),
         |conn| {
@@ -68,7 +68,7 @@ fn request_bodies_the_server_does_not_need_are_not_held() {
         assert!(raw.answered(i, &pattern_body(200_000 + i as u64)), "{i}");
     }
     let held = b.app.h3_peak_held();
-    assert!(held < 100, "held {held} B");
+    assert!(held < b.held_at_most(100, 4096), "held {held} B of 48 000");
     b.still_serving();
 }
 
@@ -91,6 +91,9 @@ fn trailers_over_the_limit_are_read_past() {
     });
     assert_eq!(raw.lost, None);
     assert!(raw.answered(0, b"1000"), "{:?}", raw.received);
-    assert!(b.app.h3_peak_held() < 100, "{}", b.app.h3_peak_held());
+    // A service's `h3` takes the trailers' frame whole before it finds it over the limit: at
+    // most the frame limit of neqo-h3's guard, 32 KiB.
+    let held = b.app.h3_peak_held();
+    assert!(held < b.held_at_most(100, 33 << 10), "held {held} B");
     b.still_serving();
 }

@@ -209,11 +209,24 @@ struct Bench {
     server: Driver,
     app: ServerApp,
     port: u16,
+    /// h3 is answered by a service.
+    service: bool,
 }
 
 impl Bench {
     fn new() -> Self {
         Self::with(ServerConfig::default())
+    }
+
+    /// With `config`, h3 answered by the `Files` service on the library's service path.
+    fn service_with(mut config: ServerConfig) -> Self {
+        config
+            .apps
+            .insert(ALPN_H3, crate::App::http3(crate::Files::generated()));
+        Self {
+            service: true,
+            ..Self::with(config)
+        }
     }
 
     /// With `config`, listening at `SERVER` for h3.
@@ -237,7 +250,16 @@ impl Bench {
             server,
             app,
             port: 6000,
+            service: false,
         }
+    }
+
+    /// The most a connection may hold for frames not yet whole in a case: `built_in` for the
+    /// built-in HTTP/3, which decodes as bytes arrive, `service` for a service's, where `h3`
+    /// takes each frame other than DATA whole (a request's HEADERS, some 200 B here) and a
+    /// body waits for the service to read it.
+    const fn held_at_most(&self, built_in: usize, service: usize) -> usize {
+        if self.service { service } else { built_in }
     }
 
     /// Runs `app` from a new client address until `done` or `limit` of virtual time; then
@@ -348,3 +370,5 @@ mod frames;
 mod holds;
 mod limits;
 mod qpack;
+
+mod via_service;

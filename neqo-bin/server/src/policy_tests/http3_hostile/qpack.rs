@@ -51,7 +51,7 @@ fn setting_the_capacity_to_zero_is_taken_and_costs_nothing_held() {
     assert!(raw.answered(0, &pattern_body(5)), "{:?}", raw.received);
     // Nothing of the 50 KB of instructions.
     let held = b.app.h3_peak_held();
-    assert!(held < 100, "held {held} B");
+    assert!(held < b.held_at_most(100, 1000), "held {held} B");
     b.still_serving();
 }
 
