@@ -8,14 +8,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use neqo_driver::{
-    Driver,
-    testing::{Behaviour, Network},
-};
+use neqo_driver::Driver;
 use neqo_protocols::{ALPN_H3, ALPN_HQ};
-use quinn_proto::{ConnectionError, EndpointConfig, VarInt};
+use quinn_proto::{ConnectionError, VarInt};
 
-use super::{ONE_WAY, SERVER, ServerApp, ServerConfig, TURNS, client, prepare, worker};
+use super::{SERVER, ServerApp, ServerConfig, TURNS};
 use crate::ServerReport;
 use neqo_h3::testing::{self, Cancel, Client, Got, pattern_body};
 
@@ -59,21 +56,7 @@ pub(super) fn exchange_with(
     mut c: Client,
     mut each_turn: impl FnMut(&mut Driver, &mut ServerApp, Instant),
 ) -> (ServerReport, Client) {
-    let start = Instant::now();
-    let net = Network::new(5, start).with_one_way(ONE_WAY);
-    let (shared, _) = prepare(config).unwrap();
-    let (mut server, mut app) = worker::parts(
-        0,
-        vec![net.path(SERVER, Behaviour::default())],
-        &shared,
-        start,
-    );
-    let mut client_driver = Driver::with_datapaths(
-        vec![net.path(client(2, 5000), Behaviour::default())],
-        EndpointConfig::default(),
-        None,
-        neqo_driver::DriverConfig::default(),
-    );
+    let (net, mut server, mut app, mut client_driver) = super::worker_and_client(config);
     // The file reads run on tokio's blocking pool, in real time: when nothing is due in
     // virtual time, the loop waits for them (bounded).
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -298,6 +298,27 @@ fn config(limits: Limits) -> ServerConfig {
 }
 
 /// A server whose receive budget is four minimal windows (all floor, no bonus), without Retry.
+/// A worker built from `config` (which listens at `SERVER`) and a client's driver at
+/// `client(2, 5000)`, on a new virtual network.
+fn worker_and_client(config: ServerConfig) -> (Network, Driver, ServerApp, Driver) {
+    let start = Instant::now();
+    let net = Network::new(5, start).with_one_way(ONE_WAY);
+    let (shared, _) = prepare(config).unwrap();
+    let (server, app) = worker::parts(
+        0,
+        vec![net.path(SERVER, Behaviour::default())],
+        &shared,
+        start,
+    );
+    let client = Driver::with_datapaths(
+        vec![net.path(client(2, 5000), Behaviour::default())],
+        EndpointConfig::default(),
+        None,
+        neqo_driver::DriverConfig::default(),
+    );
+    (net, server, app, client)
+}
+
 fn minimal_budget() -> ServerConfig {
     let mut c = config(Limits {
         retry: RetryPolicy::Never,

@@ -18,19 +18,16 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use neqo_driver::{
     Application, Driver,
-    testing::{Behaviour, Network},
     tls::{self, Trust},
 };
 use neqo_h3::testing::{self, Cancel, Client, Got, pattern_body};
 use neqo_protocols::pattern;
-use quinn_proto::{
-    Connection, ConnectionError, ConnectionHandle, Dir, EndpointConfig, Event, StreamEvent, VarInt,
-};
+use quinn_proto::{Connection, ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, VarInt};
 
 use super::{
-    ONE_WAY, SERVER, TURNS, client,
+    SERVER, TURNS,
     http3::{exchange, exchange_with},
-    prepare, worker,
+    prepare,
 };
 use crate::{
     App, BoxError, QuicApp, QuicSession, RequestBody, ResponseBody, ServerConfig, ServerError,
@@ -433,23 +430,9 @@ impl Application for ReverseClient {
 /// answered, the client closes (`client_closes`) or the server shuts down. Returns the client
 /// and the worker's sessions left once its connection is gone (bounded in turns).
 fn reverse_run(client_closes: bool) -> (ReverseClient, usize) {
-    let start = Instant::now();
-    let net = Network::new(5, start).with_one_way(ONE_WAY);
     let mut config = ServerConfig::quic(REVERSE, Reverse);
     config.listen = vec![SERVER];
-    let (shared, _) = prepare(config).unwrap();
-    let (mut server, mut app) = worker::parts(
-        0,
-        vec![net.path(SERVER, Behaviour::default())],
-        &shared,
-        start,
-    );
-    let mut client_driver = Driver::with_datapaths(
-        vec![net.path(client(2, 5000), Behaviour::default())],
-        EndpointConfig::default(),
-        None,
-        neqo_driver::DriverConfig::default(),
-    );
+    let (net, mut server, mut app, mut client_driver) = super::worker_and_client(config);
     let crypto = tls::client_crypto(&Trust::Insecure, REVERSE).unwrap();
     let mut c = ReverseClient {
         config: Some(quinn_proto::ClientConfig::new(crypto)),
