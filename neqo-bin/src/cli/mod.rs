@@ -279,15 +279,19 @@ pub fn colour(terminal: bool) -> bool {
     terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// Resolves on SIGINT or SIGTERM; elsewhere on Ctrl-C, the only stop request there is.
+/// Resolves on SIGINT or SIGTERM; elsewhere on Ctrl-C, the only stop request there is. The
+/// handlers are installed here, not when the future is first polled: a signal that comes
+/// between this call and that poll (a server that has said it listens) is not lost, nor
+/// does it kill the process undrained.
 fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
         Ok(async move {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = interrupt.recv() => {}
                 _ = term.recv() => {}
             }
         })

@@ -443,6 +443,9 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         .build()?;
     let reopen = log.as_ref().zip(args.access_log.as_deref());
     let report = rt.block_on(async move {
+        // Before anything binds: a signal is acted on from the moment the server listens.
+        let shutdown = shutdown_signal()?;
+        let hangups = reload::hangups()?;
         let server = Server::bind(config).map_err(flagged)?;
         let addrs: Vec<String> = server
             .local_addrs()
@@ -457,8 +460,8 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
                  clients must be told to trust; --tls-cert and --tls-key give one they trust"
             );
         }
-        let run = server.run(shutdown_signal()?);
-        reloading(run, &certificates, &reread, self_signed, reopen)
+        let run = server.run(shutdown);
+        reloading(run, hangups, &certificates, &reread, self_signed, reopen)
             .await
             .map_err(flagged)
     })?;

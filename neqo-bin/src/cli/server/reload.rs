@@ -49,12 +49,38 @@ fn log_output(path: &Path) -> anyhow::Result<Box<dyn std::io::Write + Send>> {
     Ok(Box::new(file))
 }
 
-/// Runs `run`, replacing the certificates on each SIGHUP with those of the settings read
-/// again and opening the access log file anew (after logrotate moved it away), where there
-/// is SIGHUP (Unix); saying on stderr what it did. A refused reload leaves the certificates
-/// served as they were; a log file that cannot be opened, the old one in use.
+/// SIGHUP's handler (Unix), installed before the server says it listens: a SIGHUP that comes
+/// early is taken as a reload, not the default action that ends the process.
+#[cfg(unix)]
+pub(super) type Hangups = tokio::signal::unix::Signal;
+/// No SIGHUP here.
+#[cfg(not(unix))]
+pub(super) type Hangups = ();
+
+/// Installs the SIGHUP handler [`reloading`] takes.
+///
+/// # Errors
+/// The handler could not be installed.
+pub(super) fn hangups() -> Result<Hangups, ServerError> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        signal(SignalKind::hangup()).map_err(|source| ServerError::Io {
+            what: "the SIGHUP handler",
+            source,
+        })
+    }
+    #[cfg(not(unix))]
+    Ok(())
+}
+
+/// Runs `run`, replacing the certificates on each SIGHUP (from `hangups`) with those of the
+/// settings read again and opening the access log file anew (after logrotate moved it away),
+/// where there is SIGHUP (Unix); saying on stderr what it did. A refused reload leaves the
+/// certificates served as they were; a log file that cannot be opened, the old one in use.
 pub(super) async fn reloading(
     run: impl Future<Output = Result<ServerReport, ServerError>>,
+    hangups: Hangups,
     certificates: &Certificates,
     reread: &Reread,
     self_signed: bool,
@@ -62,11 +88,7 @@ pub(super) async fn reloading(
 ) -> Result<ServerReport, ServerError> {
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hangup = signal(SignalKind::hangup()).map_err(|source| ServerError::Io {
-            what: "the SIGHUP handler",
-            source,
-        })?;
+        let mut hangup = hangups;
         tokio::pin!(run);
         loop {
             tokio::select! {
@@ -109,7 +131,7 @@ pub(super) async fn reloading(
     }
     #[cfg(not(unix))]
     {
-        let _ = (certificates, reread, self_signed, log);
+        let _ = (hangups, certificates, reread, self_signed, log);
         run.await
     }
 }
