@@ -11,6 +11,7 @@
 mod files;
 mod http3;
 mod quic;
+mod request;
 mod service;
 
 use std::{fmt, sync::Arc};

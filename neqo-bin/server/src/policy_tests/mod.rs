@@ -336,5 +336,6 @@ mod budget;
 mod flow_control;
 mod http3;
 mod http3_hostile;
+mod quic_apps;
 mod retry;
 mod services;
