@@ -16,21 +16,30 @@ use super::{SERVER, TURNS, prepare};
 use crate::{App, QuicApp, QuicSession, ResponseBody, ServerConfig, ServerError, service_fn};
 
 /// A raw-QUIC protocol of its own: each bidirectional stream is answered with its bytes
-/// reversed, once the client finishes it; at shutdown the session closes with its own code.
+/// reversed, once the client finishes it, from the session's `poll` after its waker was woken
+/// on another thread; at shutdown the session closes with its own code.
 struct Reverse;
 
 const REVERSE: &str = "reverse/1";
 const REVERSE_BYE: u32 = 0x77;
 
 impl QuicApp for Reverse {
-    fn session(&self, _: SocketAddr, _: Waker) -> Box<dyn QuicSession> {
-        Box::new(ReverseSession::default())
+    fn session(&self, _: SocketAddr, waker: Waker) -> Box<dyn QuicSession> {
+        Box::new(ReverseSession {
+            got: HashMap::new(),
+            reversed: Vec::new(),
+            waker,
+        })
     }
 }
 
-#[derive(Default)]
+/// Reverses a finished stream's bytes as work of its own would finish elsewhere: it wakes
+/// its waker from another thread, and writes the answer only in `poll`.
 struct ReverseSession {
     got: HashMap<quinn_proto::StreamId, Vec<u8>>,
+    /// Answers made, to write at the next `poll`.
+    reversed: Vec<(quinn_proto::StreamId, Vec<u8>)>,
+    waker: Waker,
 }
 
 impl QuicSession for ReverseSession {
@@ -44,6 +53,15 @@ impl QuicSession for ReverseSession {
             }
             Event::Stream(StreamEvent::Readable { id }) => self.read(conn, *id),
             _ => {}
+        }
+    }
+
+    fn poll(&mut self, conn: &mut Connection, _: Instant) {
+        for (id, out) in self.reversed.drain(..) {
+            // Small enough for the stream's window in one write.
+            let mut s = conn.send_stream(id);
+            assert_eq!(s.write(&out).unwrap(), out.len());
+            s.finish().unwrap();
         }
     }
 
@@ -77,10 +95,9 @@ impl ReverseSession {
         if fin {
             let mut out = self.got.remove(&id).unwrap_or_default();
             out.reverse();
-            // Small enough for the stream's window in one write.
-            let mut s = conn.send_stream(id);
-            assert_eq!(s.write(&out).unwrap(), out.len());
-            s.finish().unwrap();
+            self.reversed.push((id, out));
+            let waker = self.waker.clone();
+            std::thread::spawn(move || waker.wake()).join().unwrap();
         }
     }
 }
