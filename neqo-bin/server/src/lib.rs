@@ -233,9 +233,6 @@ impl ServerConfig {
     #[must_use]
     pub fn serve(mut self, alpn: &str, app: App) -> Self {
         self.apps.insert(alpn, app);
-        if !self.alpns.iter().any(|a| a == alpn) {
-            self.alpns.push(alpn.to_owned());
-        }
         self
     }
 

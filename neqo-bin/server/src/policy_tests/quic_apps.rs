@@ -232,8 +232,8 @@ fn alpns_are_checked_at_start_and_http3_gets_its_streams() {
     assert!(matches!(prepare(config), Err(ServerError::UnknownAlpn(a)) if a == "mine/1"));
 
     let config = ServerConfig::quic(REVERSE, Reverse).serve("h3-mine", App::http3(empty_service()));
-    assert_eq!(config.alpns, [REVERSE, "h3-mine"]);
     let (shared, _) = prepare(config).unwrap();
+    assert_eq!(shared.config.alpns, [REVERSE, "h3-mine"]);
     assert_eq!(shared.config.transport.uni_streams, neqo_h3::UNI_STREAMS);
 
     let (shared, _) = prepare(ServerConfig::quic(REVERSE, Reverse)).unwrap();
