@@ -71,9 +71,16 @@ mod tests {
     #[test]
     fn this_process_has_a_resident_set_threads_and_cpu_time() {
         let me = std::process::id();
-        // Work until the process has used more than two of /proc's 10 ms ticks.
+        // Work until the process has used more than two of /proc's 10 ms ticks, and this
+        // thread some of them: the process's time alone can come from other tests' threads,
+        // gone (and their time with them from the per-thread counts) when read.
         let mut x = 0u64;
-        while crate::cpu::process_time() < std::time::Duration::from_millis(30) {
+        for _ in 0..100_000 {
+            if crate::cpu::process_time() >= std::time::Duration::from_millis(30)
+                && thread_cpu_seconds(me).values().sum::<f64>() > 0.0
+            {
+                break;
+            }
             for i in 0..1_000_000u64 {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
             }
