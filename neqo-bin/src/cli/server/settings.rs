@@ -29,7 +29,8 @@ fn default_workers() -> usize {
 }
 
 impl ServerArgs {
-    /// Refuses settings that cannot work (see [`IoArgs::validate`], which this runs last).
+    /// Refuses settings that cannot work (see [`IoArgs::validate`](super::super::IoArgs::validate),
+    /// which this runs last).
     ///
     /// # Errors
     /// The first bad setting, naming its flag.
