@@ -1,7 +1,8 @@
 //! The JSON reports one program writes and another reads, as typed structs: what
 //! `neqo-client --json` and `neqo-server --json` did ([`ClientReport`], [`ServerReport`]),
 //! `neqo-loopback --json`'s rows ([`LoopbackRow`]), what other stacks' clients report of a
-//! transfer ([`TransferFigures`]; [`TcpTlsReport`] and [`QuinnLoadReport`] whole), and the
+//! transfer ([`TransferFigures`]; [`TcpTlsReport`] and [`QuinnLoadReport`] whole, and the msquic server's
+//! [`MsquicServerReport`]), and the
 //! records of `docs/results` ([`FigureRecord`]).
 //!
 //! A reader names the type it expects and gets every field typed, or an error naming the file
@@ -25,7 +26,7 @@ pub use client::{
 pub use figure::FigureRecord;
 pub use loopback::LoopbackRow;
 pub use neqo_udp::Stats;
-pub use peers::{QuinnLoadReport, TcpTlsReport};
+pub use peers::{MsquicServerReport, QuinnLoadReport, TcpTlsReport};
 pub use server::{
     AdmissionCounters, DispatchReport, HANDSHAKE_BUCKETS_MS, HandshakeTimes, Http3Counters,
     ServerReport, WorkerSummary,
@@ -114,4 +115,8 @@ impl Report for TcpTlsReport {
 
 impl Report for QuinnLoadReport {
     const WHAT: &'static str = "a quinn-load report";
+}
+
+impl Report for MsquicServerReport {
+    const WHAT: &'static str = "an msquic-peer server report";
 }

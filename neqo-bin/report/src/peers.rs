@@ -40,3 +40,24 @@ pub struct QuinnLoadReport {
     #[serde(deserialize_with = "Option::deserialize")]
     pub error: Option<String>,
 }
+
+/// `msquic-peer server --json`: what its connections did, summed from msquic's statistics
+/// (`QUIC_STATISTICS_V2`) as each ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MsquicServerReport {
+    /// Connections that ended.
+    pub connections: u64,
+    /// The largest path MTU any connection reached (`SendPathMtu`: IP packet bytes).
+    pub max_path_mtu: u64,
+    /// The largest UDP payload that path MTU carries (without the IP and UDP headers): the
+    /// figure beside neqo's `max_path_mtu`, which counts UDP payload.
+    pub max_udp_payload: u64,
+    /// QUIC packets sent.
+    pub packets_sent: u64,
+    /// UDP payload bytes sent.
+    pub bytes_sent: u64,
+    /// QUIC packets received.
+    pub packets_received: u64,
+    /// Packets declared lost, minus those later found spurious.
+    pub lost_packets: u64,
+}

@@ -9,6 +9,7 @@ use url::Url;
 
 use super::Alpn;
 use super::client::{self, ClientOptions};
+use super::raw::Tuning;
 use super::server::{self, ServerOptions};
 
 /// msquic-based QUIC interop peer speaking hq-interop and perf.
@@ -50,6 +51,25 @@ struct ServerArgs {
     /// Serve files below this directory for non-numeric hq paths.
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    #[command(flatten)]
+    tuning: TuningArgs,
+    /// Bidirectional streams a client may have open at once.
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    max_streams: u16,
+    /// Send every new client a Retry (address validation before any handshake state).
+    #[arg(long)]
+    retry_always: bool,
+    /// At exit, write what the connections did to FILE as JSON: connections, the largest
+    /// path MTU and UDP payload they reached, packets sent and received, bytes sent, packets
+    /// lost.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// The settings both sides take beyond msquic's defaults ([`super::raw::settings`]).
+#[derive(Debug, Args)]
+struct TuningArgs {
     /// Idle timeout in seconds (0 disables it).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     idle_timeout: u64,
@@ -59,13 +79,19 @@ struct ServerArgs {
     #[arg(long, value_name = "SECS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     handshake_timeout: u64,
-    /// Bidirectional streams a client may have open at once.
-    #[arg(long, value_name = "N", default_value_t = 1024,
-          value_parser = clap::value_parser!(u16).range(1..))]
-    max_streams: u16,
-    /// Send every new client a Retry (address validation before any handshake state).
+    /// Mark the datagrams sent ECT(0) (msquic's `EcnEnabled`, off by default).
     #[arg(long)]
-    retry_always: bool,
+    ecn: bool,
+}
+
+impl TuningArgs {
+    const fn tuning(&self) -> Tuning {
+        Tuning {
+            idle_timeout_ms: secs_to_ms(self.idle_timeout),
+            handshake_timeout_ms: secs_to_ms(self.handshake_timeout),
+            ecn: self.ecn,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -106,15 +132,8 @@ struct ClientArgs {
     /// Write a JSON summary to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Idle timeout in seconds (0 disables it).
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
-    idle_timeout: u64,
-    /// How long a handshake may go without hearing from the peer, in seconds (at least 1); also
-    /// how long an unacknowledged packet is retried before the path is given up (at least
-    /// msquic's 16 s).
-    #[arg(long, value_name = "SECS", default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    handshake_timeout: u64,
+    #[command(flatten)]
+    tuning: TuningArgs,
 }
 
 fn parse_url(s: &str) -> Result<Url, String> {
@@ -128,7 +147,7 @@ fn parse_url(s: &str) -> Result<Url, String> {
     Ok(url)
 }
 
-fn secs_to_ms(secs: u64) -> u64 {
+const fn secs_to_ms(secs: u64) -> u64 {
     secs.saturating_mul(1000)
 }
 
@@ -142,10 +161,10 @@ pub fn main() -> ExitCode {
             alpns: a.alpn,
             cert_key: a.cert.zip(a.key),
             root: a.root,
-            idle_timeout_ms: secs_to_ms(a.idle_timeout),
-            handshake_timeout_ms: secs_to_ms(a.handshake_timeout),
+            tuning: a.tuning.tuning(),
             max_streams: a.max_streams,
             retry_always: a.retry_always,
+            json: a.json,
         }),
         Command::Client(a) => client::run(&ClientOptions {
             urls: a.urls,
@@ -159,8 +178,7 @@ pub fn main() -> ExitCode {
             ca: a.ca,
             output_dir: a.output_dir,
             json: a.json,
-            idle_timeout_ms: secs_to_ms(a.idle_timeout),
-            handshake_timeout_ms: secs_to_ms(a.handshake_timeout),
+            tuning: a.tuning.tuning(),
         }),
     };
     match result {

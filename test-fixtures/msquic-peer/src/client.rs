@@ -38,9 +38,8 @@ pub(crate) struct ClientOptions {
     pub(crate) ca: Option<PathBuf>,
     pub(crate) output_dir: Option<PathBuf>,
     pub(crate) json: Option<PathBuf>,
-    pub(crate) idle_timeout_ms: u64,
-    /// msquic's `HandshakeIdleTimeoutMs`.
-    pub(crate) handshake_timeout_ms: u64,
+    /// Timeouts and ECN.
+    pub(crate) tuning: raw::Tuning,
 }
 
 /// What a response must look like.
@@ -99,11 +98,7 @@ pub(crate) fn run(opts: &ClientOptions) -> Result<()> {
     .map_err(|e| anyhow!("opening msquic registration: {}", raw::status_name(e.0)))?;
     let config = Configuration::open(&registration, &[BufferRef::from(opts.alpn.wire())], None)
         .map_err(|e| anyhow!("opening msquic configuration: {}", raw::status_name(e.0)))?;
-    raw::apply_settings(
-        &config,
-        &raw::settings(opts.idle_timeout_ms, opts.handshake_timeout_ms, None),
-    )
-    .map_err(|e| anyhow!(e))?;
+    raw::apply_settings(&config, &raw::settings(opts.tuning, None)).map_err(|e| anyhow!(e))?;
     let mut credential = CredentialConfig::new_client();
     if opts.insecure {
         credential = credential.set_credential_flags(CredentialFlags::NO_CERTIFICATE_VALIDATION);

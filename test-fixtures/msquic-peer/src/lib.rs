@@ -21,11 +21,11 @@
 //! ```text
 //! msquic-peer server [--listen ADDR]... [--alpn hq-interop|perf]...
 //!                    [--cert PEM --key PEM] [--root DIR] [--idle-timeout SECS]
-//!                    [--max-streams N]
+//!                    [--max-streams N] [--ecn] [--json FILE]
 //! msquic-peer client URL... [-n/--requests N] [--parallel] [--connections K]
 //!                    [--alpn hq-interop|perf] [--download N] [--upload N]
 //!                    [--insecure | --ca PEM] [--output-dir DIR] [--json FILE]
-//!                    [--idle-timeout SECS]
+//!                    [--idle-timeout SECS] [--ecn]
 //! ```
 //!
 //! The server prints `msquic-peer listening on ADDR` once per `--listen`
@@ -53,9 +53,14 @@
 //! does not expose it) and `lost_packets` (the client's packets declared lost,
 //! minus spurious losses, from msquic's connection statistics).
 //!
-//! Send buffering is disabled as in secnetperf: response and upload bytes are
-//! sent straight from application buffers (generated data from a static
-//! pattern, so even huge bodies use no per-request memory).
+//! Both sides run at msquic's own settings (docs/Settings.md in msquic) but for the
+//! timeouts, the server's stream limit, and send buffering, which is disabled as in
+//! secnetperf: response and upload bytes are sent straight from application buffers
+//! (generated data from a static pattern, so even huge bodies use no per-request memory),
+//! msquic's cheaper way. `--ecn` marks the datagrams sent (msquic's `EcnEnabled`, off by
+//! default). `server --json FILE` writes at exit what the connections did, from msquic's
+//! statistics: connections, the largest path MTU and UDP payload, packets and bytes sent,
+//! packets received and lost.
 //!
 //! Tests, `interop` and `compare` run the binary as a separate process with the
 //! workspace's process harness (`test-fixtures`), which reads the listening lines.
@@ -72,6 +77,7 @@ mod client;
 mod raw;
 mod sender;
 mod server;
+mod totals;
 
 pub use cli::main;
 

@@ -297,6 +297,18 @@ pub(crate) unsafe fn send_resumption_ticket(conn: HQUIC) -> QUIC_STATUS {
     }
 }
 
+/// A connection's statistics (v2).
+///
+/// # Safety
+/// `conn` must be a live connection handle.
+pub(crate) unsafe fn statistics(conn: HQUIC) -> Option<ffi::QUIC_STATISTICS_V2> {
+    // SAFETY: the caller keeps the handle live; QUIC_STATISTICS_V2 is a plain C struct.
+    unsafe {
+        Api::get_param_auto::<ffi::QUIC_STATISTICS_V2>(conn, ffi::QUIC_PARAM_CONN_STATISTICS_V2)
+    }
+    .ok()
+}
+
 /// Closes a connection handle.
 ///
 /// # Safety
@@ -307,35 +319,49 @@ pub(crate) unsafe fn connection_close(conn: HQUIC) {
     unsafe { f(conn) };
 }
 
-/// Builds the `QUIC_SETTINGS` the peer uses on both sides.
-pub(crate) fn settings(
-    idle_timeout_ms: u64,
-    handshake_timeout_ms: u64,
-    peer_bidi_streams: Option<u16>,
-) -> ffi::QUIC_SETTINGS {
+/// What the peer sets beyond msquic's defaults, on either side.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tuning {
+    /// `IdleTimeoutMs`; 0 disables it.
+    pub(crate) idle_timeout_ms: u64,
+    /// `HandshakeIdleTimeoutMs`, at most the idle timeout.
+    pub(crate) handshake_timeout_ms: u64,
+    /// `EcnEnabled`: mark the datagrams sent ECT(0).
+    pub(crate) ecn: bool,
+}
+
+/// Builds the `QUIC_SETTINGS` the peer uses on both sides: msquic's defaults (msquic's
+/// docs/Settings.md) but for the settings named here, each for the reason given. Everything
+/// else a comparison measures (execution profile `LowLatency`, congestion control, path MTU
+/// discovery up to `MaximumMtu` 1500, flow-control windows, pacing, ACK delay) is msquic's own.
+pub(crate) fn settings(tuning: Tuning, peer_bidi_streams: Option<u16>) -> ffi::QUIC_SETTINGS {
     // SAFETY: QUIC_SETTINGS is a plain C struct for which all-zero means "nothing set".
     let mut s: ffi::QUIC_SETTINGS = unsafe { std::mem::zeroed() };
     // SAFETY: `IsSet` is the bitfield view of the `IsSetFlags` union; both are plain integers.
     let is_set = unsafe { &mut s.__bindgen_anon_1.IsSet };
+    // Timeouts are the command line's (msquic: 30 s idle, 10 s handshake), as neqo's are.
     is_set.set_IdleTimeoutMs(1);
     is_set.set_HandshakeIdleTimeoutMs(1);
     is_set.set_DisconnectTimeoutMs(1);
-    // Like secnetperf: the app keeps its buffers alive until SEND_COMPLETE, so
-    // msquic does not copy every byte into its own send buffer.
+    // `SendBufferingEnabled` off (msquic's default is on): the sender keeps its buffers until
+    // SEND_COMPLETE and msquic sends from them instead of copying each byte first, as
+    // msquic's own secnetperf does. It is the cheaper of the two for msquic (docs/records/
+    // many-connections.md has the figures), so the anchor is msquic at its best.
     is_set.set_SendBufferingEnabled(1);
-    // ECN marks out, as neqo sends them (msquic reports received marks in ACK_ECN either
-    // way; it marks its own datagrams ECT(0) only when asked): the interop runner's `ecn`
-    // case needs both directions marked.
+    // `EcnEnabled` (msquic's default is off) only where asked: the interop runner's `ecn`
+    // case needs both directions marked. msquic reports the marks it receives either way.
     is_set.set_EcnEnabled(1);
+    // `PeerBidiStreamCount` (msquic's default is 0, no streams for the peer): a server must
+    // let its clients open their requests.
     if peer_bidi_streams.is_some() {
         is_set.set_PeerBidiStreamCount(1);
     }
-    s.IdleTimeoutMs = idle_timeout_ms;
+    s.IdleTimeoutMs = tuning.idle_timeout_ms;
     // A handshake never outlives the idle timeout (when there is one).
-    s.HandshakeIdleTimeoutMs = if idle_timeout_ms == 0 {
-        handshake_timeout_ms
+    s.HandshakeIdleTimeoutMs = if tuning.idle_timeout_ms == 0 {
+        tuning.handshake_timeout_ms
     } else {
-        handshake_timeout_ms.min(idle_timeout_ms)
+        tuning.handshake_timeout_ms.min(tuning.idle_timeout_ms)
     };
     // How long msquic waits for an ACK before giving the path up (its default 16 s): at
     // least as long as a handshake may wait, or heavy loss ends the handshake before its
@@ -344,7 +370,7 @@ pub(crate) fn settings(
         .unwrap_or(600_000)
         .min(600_000);
     s.set_SendBufferingEnabled(0);
-    s.set_EcnEnabled(1);
+    s.set_EcnEnabled(u8::from(tuning.ecn));
     if let Some(n) = peer_bidi_streams {
         s.PeerBidiStreamCount = n;
     }
@@ -484,14 +510,8 @@ impl<T> OwnedConnection<T> {
 
     /// Connection statistics (v2).
     pub(crate) fn statistics(&self) -> Option<ffi::QUIC_STATISTICS_V2> {
-        // SAFETY: the handle is live and QUIC_STATISTICS_V2 is a plain C struct.
-        unsafe {
-            Api::get_param_auto::<ffi::QUIC_STATISTICS_V2>(
-                self.handle,
-                ffi::QUIC_PARAM_CONN_STATISTICS_V2,
-            )
-        }
-        .ok()
+        // SAFETY: the handle is live while `self` is.
+        unsafe { statistics(self.handle) }
     }
 }
 

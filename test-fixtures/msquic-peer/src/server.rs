@@ -20,7 +20,9 @@ use neqo_protocols::{
 use super::cert::CertFiles;
 use super::raw;
 use super::sender::{Body, BodySender};
+use super::totals::Totals;
 use super::{Alpn, LISTENING_PREFIX};
+use neqo_report::Report as _;
 
 /// Options of `msquic-peer server`.
 #[derive(Debug)]
@@ -29,14 +31,18 @@ pub(crate) struct ServerOptions {
     pub(crate) alpns: Vec<Alpn>,
     pub(crate) cert_key: Option<(PathBuf, PathBuf)>,
     pub(crate) root: Option<PathBuf>,
-    pub(crate) idle_timeout_ms: u64,
-    /// msquic's `HandshakeIdleTimeoutMs`.
-    pub(crate) handshake_timeout_ms: u64,
+    /// Timeouts and ECN.
+    pub(crate) tuning: raw::Tuning,
     /// Bidirectional streams a client may have open at once.
     pub(crate) max_streams: u16,
     /// Send every new client a Retry.
     pub(crate) retry_always: bool,
+    /// Where to write the connections' totals at exit ([`Totals`]).
+    pub(crate) json: Option<PathBuf>,
 }
+
+/// The totals of the connections that ended.
+static TOTALS: Totals = Totals::new();
 
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(opts: &ServerOptions) -> Result<()> {
@@ -71,11 +77,7 @@ pub(crate) fn run(opts: &ServerOptions) -> Result<()> {
         .collect();
     let config = Configuration::open(&registration, &alpn_buffers, None)
         .map_err(|e| anyhow!("opening msquic configuration: {}", raw::status_name(e.0)))?;
-    let mut settings = raw::settings(
-        opts.idle_timeout_ms,
-        opts.handshake_timeout_ms,
-        Some(opts.max_streams),
-    );
+    let mut settings = raw::settings(opts.tuning, Some(opts.max_streams));
     raw::offer_resumption(&mut settings);
     raw::apply_settings(&config, &settings).map_err(|e| anyhow!(e))?;
     if opts.retry_always {
@@ -109,6 +111,7 @@ pub(crate) fn run(opts: &ServerOptions) -> Result<()> {
                 let ctx = Box::into_raw(Box::new(ServerConn {
                     alpn,
                     root: root.clone(),
+                    v6: info.remote_address.as_socket().is_some_and(|a| a.is_ipv6()),
                 }));
                 // SAFETY: the connection handle is live; `server_conn_cb` frees
                 // `ctx` at SHUTDOWN_COMPLETE.
@@ -148,6 +151,10 @@ pub(crate) fn run(opts: &ServerOptions) -> Result<()> {
     drop(config);
     // Dropping the registration waits for all connections to be closed.
     drop(registration);
+    if let Some(path) = &opts.json {
+        let text = TOTALS.report().to_json().expect("plain numbers");
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
 }
 
@@ -213,6 +220,8 @@ struct ServerConn {
     alpn: Option<Alpn>,
     /// Canonical ([`hq::canonical_root`]).
     root: Option<Arc<Path>>,
+    /// Whether the client's address is IPv6 (msquic's path MTU counts the IP header).
+    v6: bool,
 }
 
 unsafe extern "C" fn server_conn_cb(
@@ -265,6 +274,12 @@ unsafe extern "C" fn server_conn_cb(
         ffi::QUIC_CONNECTION_EVENT_TYPE_QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE => {
             // SAFETY: the union member matches the event type.
             let done = unsafe { event.__bindgen_anon_1.SHUTDOWN_COMPLETE };
+            // SAFETY: `context` is the live ServerConn installed by the listener.
+            let v6 = unsafe { &*context.cast::<ServerConn>() }.v6;
+            // SAFETY: the handle is live until it is closed below.
+            if let Some(stats) = unsafe { raw::statistics(conn) } {
+                TOTALS.add(&stats, v6);
+            }
             if done.AppCloseInProgress() == 0 {
                 // SAFETY: closing from SHUTDOWN_COMPLETE is the documented pattern.
                 unsafe { raw::connection_close(conn) };

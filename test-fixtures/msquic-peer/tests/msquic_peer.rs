@@ -456,3 +456,30 @@ fn unknown_certificate_is_rejected_without_insecure() {
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("certificate"));
 }
+
+/// `server --json` sums what its connections did as each ended, and names the datagram size
+/// msquic reached: the figure `compare stacks` sets beside neqo-server's.
+#[test]
+fn server_json_reports_its_connections() {
+    use neqo_report::{MsquicServerReport, Report as _};
+
+    let dir = temp_dir("server-json");
+    let json = dir.join("server.json");
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--json", json.to_str().unwrap()]);
+    let run = client(
+        "server-json",
+        &["--connections", "2", &server.url("/2000000")],
+    );
+    assert!(run.success());
+    assert!(server.stop());
+    let r = MsquicServerReport::read(&json).expect("the server wrote its report");
+    assert_eq!(r.connections, 2);
+    // Loopback carries msquic's default MaximumMtu (1500): IPv4 and UDP headers off it.
+    assert_eq!(r.max_path_mtu, 1500);
+    assert_eq!(r.max_udp_payload, 1500 - 28);
+    // Both bodies went out, in datagrams no larger than that.
+    assert!(r.bytes_sent >= 4_000_000, "{r:?}");
+    assert!(r.bytes_sent <= r.packets_sent * r.max_udp_payload, "{r:?}");
+    assert!(r.packets_received > 0, "{r:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

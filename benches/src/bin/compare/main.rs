@@ -243,14 +243,16 @@ fn prepare(build: bool) -> Peers {
 
 /// neqo's path MTU arguments: in a namespace with a link MTU (`--mtu`), none: its default
 /// follows the route, so the sending side gets what the link carries; on the host's loopback
-/// `--max-mtu 1452`, Ethernet's, which the msquic peer and TCP+TLS's segments over a 1500-byte
-/// path match, where the default would follow loopback's route to 8972-byte datagrams: the
-/// pairs, the curve and the stacks compare at equal sizes.
+/// `--max-mtu 1472`, the UDP payload of a 1500-byte IPv4 path, which is what the msquic peer
+/// sends there (msquic's `MaximumMtu` 1500; its server's `--json` reports it) and what
+/// a 1500-byte path gives TCP+TLS too (segments of 1448 bytes with timestamps), where the default would
+/// follow loopback's route to 8972-byte datagrams: the pairs, the curve and the stacks compare
+/// at equal sizes.
 fn neqo_mtu_args() -> &'static [&'static str] {
     if netns::active() {
         &[]
     } else {
-        &["--max-mtu", "1452"]
+        &["--max-mtu", "1472"]
     }
 }
 

@@ -2,19 +2,24 @@
 //! C of client processes, C processes of one client stack (quinn's, as `quinn-load`, and
 //! the msquic peer's client), one connection each as users' clients are, download `--bytes`
 //! in all, every byte verified, in each of two shapes ([`Shape`]): 1 MiB requests one after
-//! another (at least one each), and one download of each process's share; from neqo-server (its defaults but `--max-mtu 1452`, as `neqo_mtu_args` says why) and from
-//! the msquic server in turn. Per stack, C and
+//! another (at least one each), and one download of each process's share. The servers
+//! ([`Party`]): the msquic server at msquic's defaults (but for what `msquic-peer`'s settings
+//! name), and neqo-server twice, at the msquic server's datagram size and at its own defaults
+//! (on loopback its path MTU follows the route to 8972 bytes). Per stack, C, shape and
 //! server: the server's CPU seconds per GB (its process's user + system time over the bytes
-//! served) and the aggregate Gbit/s; the clients share the cores with the server. For
-//! neqo-server also what its report says the load cost it per GB: datagrams received (nearly
-//! all ACKs), send syscalls, wake-ups (socket and timer), packets declared lost.
+//! served), the aggregate Gbit/s, and the largest datagram the server sent, from its own
+//! report; the clients share the cores with the server. From both servers' reports, what the
+//! load cost per GB: datagrams received (nearly all ACKs) and packets lost; from neqo-server's
+//! also send syscalls and wake-ups (socket and timer).
 
-use std::{fmt::Write as _, process::Command, time::Duration};
+use std::{process::Command, time::Duration};
 
-use neqo_report::{ServerReport, TransferFigures};
-use test_fixtures::{Impl, Measured, Server, cargo_build, release_binary, run};
+use neqo_report::{MsquicServerReport, ServerReport, TransferFigures};
+use test_fixtures::{Measured, Server, cargo_build, release_binary, run};
 
-use super::{JsonFile, Peers, curve::median};
+use super::JsonFile;
+
+mod table;
 
 /// `cargo build --release` arguments for `quinn-load`.
 const BUILD_QUINN_LOAD: &[&str] = &["-p", "benches", "--bin", "quinn-load"];
@@ -62,6 +67,8 @@ enum Stack {
 }
 
 impl Stack {
+    const ALL: [Self; 2] = [Self::Quinn, Self::Msquic];
+
     const fn name(self) -> &'static str {
         match self {
             Self::Quinn => "quinn",
@@ -86,11 +93,49 @@ impl Stack {
     }
 }
 
-/// neqo-server's arguments beyond its listen address and report: `--server-arg`s, after
-/// [`super::neqo_mtu_args`] unless they name `--max-mtu` themselves.
-fn neqo_server_args(neqo_args: &[String]) -> Vec<&str> {
-    let pin = !neqo_args.iter().any(|a| a.starts_with("--max-mtu"));
-    let pinned = if pin { super::neqo_mtu_args() } else { &[] };
+/// A server and how it is set up. The msquic server runs once per point, at msquic's
+/// defaults; neqo-server twice, since its default datagram size on loopback is not msquic's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Party {
+    /// neqo-server at the msquic server's datagram size ([`super::neqo_mtu_args`]).
+    NeqoEqual,
+    /// neqo-server at its own defaults.
+    NeqoDefaults,
+    Msquic,
+}
+
+impl Party {
+    /// The servers a run measures: both neqo setups, unless `--server-arg` names
+    /// `--max-mtu` itself, which then replaces both.
+    fn all(neqo_args: &[String]) -> Vec<Self> {
+        if names_mtu(neqo_args) {
+            vec![Self::NeqoEqual, Self::Msquic]
+        } else {
+            vec![Self::NeqoEqual, Self::NeqoDefaults, Self::Msquic]
+        }
+    }
+
+    const fn name(self) -> &'static str {
+        match self {
+            Self::NeqoEqual | Self::NeqoDefaults => "neqo-server",
+            Self::Msquic => "msquic",
+        }
+    }
+}
+
+fn names_mtu(neqo_args: &[String]) -> bool {
+    neqo_args.iter().any(|a| a.starts_with("--max-mtu"))
+}
+
+/// neqo-server's arguments beyond its listen address and report, as `party`: the
+/// `--server-arg`s, after [`super::neqo_mtu_args`] at equal sizes unless they name
+/// `--max-mtu` themselves.
+fn neqo_server_args(party: Party, neqo_args: &[String]) -> Vec<&str> {
+    let pinned = if party == Party::NeqoEqual && !names_mtu(neqo_args) {
+        super::neqo_mtu_args()
+    } else {
+        &[]
+    };
     pinned
         .iter()
         .copied()
@@ -98,25 +143,33 @@ fn neqo_server_args(neqo_args: &[String]) -> Vec<&str> {
         .collect()
 }
 
-fn server_command(server: Impl, json: &JsonFile, neqo_args: &[String]) -> Command {
-    match server {
-        Impl::Neqo => {
+fn server_command(party: Party, json: &JsonFile, neqo_args: &[String]) -> Command {
+    match party {
+        Party::NeqoEqual | Party::NeqoDefaults => {
             let mut c = Command::new(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--alpn", "hq-interop", "--json"])
                 .arg(&json.0)
-                .args(neqo_server_args(neqo_args));
+                .args(neqo_server_args(party, neqo_args));
             c
         }
-        Impl::Msquic => {
+        Party::Msquic => {
             let mut c = Command::new(release_binary("msquic-peer"));
-            c.args(["server", "--listen", "127.0.0.1:0", "--alpn", "hq-interop"]);
+            c.args([
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--alpn",
+                "hq-interop",
+                "--json",
+            ])
+            .arg(&json.0);
             c
         }
     }
 }
 
-/// One run's figures at one point: the server's CPU per GB and the aggregate rate, and
-/// for neqo-server thousands per GB of what its report counts ([`COUNTS`]).
+/// One run's figures at one point: the server's CPU per GB, the aggregate rate, the
+/// largest datagram it sent, and thousands per GB of what its report counts ([`Count`]).
 #[derive(Debug, Default)]
 struct Point {
     cpu_s_per_gb: Vec<f64>,
@@ -124,7 +177,9 @@ struct Point {
     /// UDP datagrams the kernel dropped for a full receive buffer, anywhere on the machine
     /// (nearly all at the clients: the server's buffers are large), thousands per GB.
     drops_k_per_gb: Vec<f64>,
-    counts_k_per_gb: [Vec<f64>; COUNTS.len()],
+    /// The largest UDP payload the server's connections reached.
+    max_datagram: u64,
+    counts_k_per_gb: [Vec<f64>; Count::ALL.len()],
 }
 
 /// The kernel's count of UDP datagrams dropped for a full receive buffer (`RcvbufErrors` in
@@ -137,28 +192,78 @@ fn rcvbuf_errors() -> Option<u64> {
     values.split_whitespace().nth(i)?.parse().ok()
 }
 
-/// One of the counts a neqo-server report holds.
-type Count = fn(&ServerReport) -> u64;
+/// What the servers' reports count that the load drives.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    /// Datagrams received (msquic: packets, which are the same for ACKs).
+    Received,
+    Lost,
+    /// neqo-server only.
+    SendSyscalls,
+    /// neqo-server only: socket and timer wake-ups.
+    Wakes,
+}
 
-/// What neqo-server's report counts that the load drives.
-const COUNTS: [(&str, Count); 4] = [
-    ("datagrams received", |r| r.socket.rx.datagrams),
-    ("send syscalls", |r| r.socket.tx.syscalls),
-    ("wake-ups", |r| r.driver.io_wakes + r.driver.timer_wakes),
-    ("packets lost", |r| r.driver.lost_packets),
-];
+impl Count {
+    const ALL: [Self; 4] = [Self::Received, Self::Lost, Self::SendSyscalls, Self::Wakes];
 
-/// Runs `c` processes of `stack` against `server`, each fetching `requests` of `size` bytes.
+    const fn label(self) -> &'static str {
+        match self {
+            Self::Received => "datagrams received",
+            Self::Lost => "packets lost",
+            Self::SendSyscalls => "send syscalls",
+            Self::Wakes => "wake-ups",
+        }
+    }
+}
+
+/// What a server said of a run: its largest datagram and its [`Count`]s (`None` where it
+/// does not count that).
+struct Said {
+    max_datagram: u64,
+    counts: [Option<u64>; Count::ALL.len()],
+}
+
+impl From<ServerReport> for Said {
+    fn from(r: ServerReport) -> Self {
+        Self {
+            max_datagram: u64::from(r.driver.max_path_mtu),
+            counts: Count::ALL.map(|c| {
+                Some(match c {
+                    Count::Received => r.socket.rx.datagrams,
+                    Count::Lost => r.driver.lost_packets,
+                    Count::SendSyscalls => r.socket.tx.syscalls,
+                    Count::Wakes => r.driver.io_wakes + r.driver.timer_wakes,
+                })
+            }),
+        }
+    }
+}
+
+impl From<MsquicServerReport> for Said {
+    fn from(r: MsquicServerReport) -> Self {
+        Self {
+            max_datagram: r.max_udp_payload,
+            counts: Count::ALL.map(|c| match c {
+                Count::Received => Some(r.packets_received),
+                Count::Lost => Some(r.lost_packets),
+                Count::SendSyscalls | Count::Wakes => None,
+            }),
+        }
+    }
+}
+
+/// Runs `c` processes of `stack` against `party`, each fetching `requests` of `size` bytes.
 fn one_run(
     stack: Stack,
-    (server, neqo_args): (Impl, &[String]),
+    (party, neqo_args): (Party, &[String]),
     (c, size, requests): (u64, u64, u64),
     (index, run_no): (usize, usize),
     point: &mut Point,
 ) -> Result<(), String> {
     let server_json = JsonFile::new(index, run_no, "stacks-server");
     let srv = Server::start(
-        &mut server_command(server, &server_json, neqo_args),
+        &mut server_command(party, &server_json, neqo_args),
         Duration::from_secs(20),
     )
     .map_err(|e| format!("server: {e}"))?;
@@ -213,6 +318,13 @@ fn one_run(
             }
         }
     }
+    let said: Said = match party {
+        Party::NeqoEqual | Party::NeqoDefaults => {
+            server_json.take::<ServerReport>().map(Said::from)
+        }
+        Party::Msquic => server_json.take::<MsquicServerReport>().map(Said::from),
+    }
+    .map_err(|e| format!("server: {e}"))?;
     #[expect(clippy::cast_precision_loss, reason = "a rate")]
     let gb = total as f64 / 1e9;
     point.cpu_s_per_gb.push(srv.cpu().as_secs_f64() / gb);
@@ -221,29 +333,22 @@ fn one_run(
         #[expect(clippy::cast_precision_loss, reason = "a rate")]
         point.drops_k_per_gb.push(d as f64 / gb / 1000.0);
     }
-    if server == Impl::Neqo {
-        let report = server_json
-            .take::<ServerReport>()
-            .map_err(|e| format!("server: {e}"))?;
-        for ((_, count), v) in COUNTS.iter().zip(&mut point.counts_k_per_gb) {
+    point.max_datagram = point.max_datagram.max(said.max_datagram);
+    for (count, v) in said.counts.iter().zip(&mut point.counts_k_per_gb) {
+        if let Some(count) = count {
             #[expect(clippy::cast_precision_loss, reason = "a rate")]
-            v.push(count(&report) as f64 / gb / 1000.0);
+            v.push(*count as f64 / gb / 1000.0);
         }
     }
     Ok(())
 }
 
 /// A point's place: the client stack, the column (C and shape), the server.
-type Key = (Stack, (u64, Shape), Impl);
-
-fn cell(p: Option<&Point>, f: fn(&Point) -> &Vec<f64>, digits: usize) -> String {
-    p.and_then(|p| median(f(p)))
-        .map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
-}
+type Key = (Stack, (u64, Shape), Party);
 
 /// Measures and prints the table; returns the points that failed.
 pub(super) fn stacks(
-    peers: &Peers,
+    peers: &super::Peers,
     (processes, neqo_args): (&[u64], &[String]),
     bytes: u64,
     runs: usize,
@@ -264,8 +369,7 @@ pub(super) fn stacks(
             return 1;
         }
     }
-    let stacks = [Stack::Quinn, Stack::Msquic];
-    let servers = [Impl::Neqo, Impl::Msquic];
+    let parties = Party::all(neqo_args);
     let mut points: Vec<(Key, Point)> = Vec::new();
     let columns: Vec<(u64, Shape)> = processes
         .iter()
@@ -275,9 +379,9 @@ pub(super) fn stacks(
     for run_no in 0..runs {
         for &(c, shape) in &columns {
             let (size, requests) = shape.split(bytes / c);
-            for stack in stacks {
-                for server in servers {
-                    let key = (stack, (c, shape), server);
+            for stack in Stack::ALL {
+                for &party in &parties {
+                    let key = (stack, (c, shape), party);
                     let index = match points.iter().position(|(k, _)| *k == key) {
                         Some(i) => i,
                         None => {
@@ -286,15 +390,16 @@ pub(super) fn stacks(
                         }
                     };
                     eprintln!(
-                        "run {}/{runs}: {c} {} client(s), {}, against {}...",
+                        "run {}/{runs}: {c} {} client(s), {}, against {} {}...",
                         run_no + 1,
                         stack.name(),
                         shape.label(),
-                        server.name()
+                        party.name(),
+                        neqo_server_args(party, neqo_args).join(" ")
                     );
                     if let Err(e) = one_run(
                         stack,
-                        (server, neqo_args),
+                        (party, neqo_args),
                         (c, size, requests),
                         (index, run_no),
                         &mut points[index].1,
@@ -302,7 +407,7 @@ pub(super) fn stacks(
                         eprintln!(
                             "compare stacks: {c} {} against {}: {e}",
                             stack.name(),
-                            server.name()
+                            party.name()
                         );
                         failed += 1;
                     }
@@ -310,97 +415,41 @@ pub(super) fn stacks(
             }
         }
     }
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let find =
-        |k: (Stack, (u64, Shape), Impl)| points.iter().find(|(key, _)| *key == k).map(|(_, p)| p);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all, in 1 MiB requests (at least one each) or in one download each, from neqo-server ({}) and the msquic server on 127.0.0.1; {runs} run(s), medians; clients and server share {cores} cores.\n",
-        match neqo_server_args(neqo_args).join(" ") {
-            a if a.is_empty() => "defaults".to_owned(),
-            a => format!("defaults but {a}"),
-        }
+    println!(
+        "{}",
+        table::render(&points, &columns, &parties, (bytes, runs), neqo_args)
     );
-    for (title, f, digits) in [
-        (
-            "server CPU s/GB, neqo-server / msquic",
-            (|p: &Point| &p.cpu_s_per_gb) as fn(&Point) -> &Vec<f64>,
-            2,
-        ),
-        ("Gbit/s, neqo-server / msquic", |p: &Point| &p.gbps, 2),
-        (
-            "receive-buffer drops [k/GB], neqo-server / msquic",
-            |p: &Point| &p.drops_k_per_gb,
-            1,
-        ),
-    ] {
-        let _ = write!(out, "| {title} |");
-        for (c, shape) in &columns {
-            let _ = write!(out, " C = {c}, {} |", shape.label());
-        }
-        let _ = write!(out, "\n|---|");
-        for _ in &columns {
-            let _ = write!(out, "---:|");
-        }
-        out.push('\n');
-        for stack in stacks {
-            let _ = write!(out, "| {} |", stack.name());
-            for &col in &columns {
-                let _ = write!(
-                    out,
-                    " {} / {} |",
-                    cell(find((stack, col, Impl::Neqo)), f, digits),
-                    cell(find((stack, col, Impl::Msquic)), f, digits)
-                );
-            }
-            out.push('\n');
-        }
-        out.push('\n');
-    }
-    let _ = write!(out, "| neqo-server, per GB [thousands] |");
-    for (c, shape) in &columns {
-        for stack in stacks {
-            let _ = write!(out, " {}, C = {c}, {} |", stack.name(), shape.label());
-        }
-    }
-    let _ = write!(out, "\n|---|");
-    for _ in 0..columns.len() * stacks.len() {
-        let _ = write!(out, "---:|");
-    }
-    out.push('\n');
-    for (i, (what, _)) in COUNTS.iter().enumerate() {
-        let _ = write!(out, "| {what} |");
-        for &col in &columns {
-            for stack in stacks {
-                let v = find((stack, col, Impl::Neqo)).and_then(|p| median(&p.counts_k_per_gb[i]));
-                let _ = write!(
-                    out,
-                    " {} |",
-                    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
-                );
-            }
-        }
-        out.push('\n');
-    }
-    println!("{out}");
     failed
 }
 
 #[cfg(test)]
 mod tests {
-    use super::neqo_server_args;
+    use super::{Party, neqo_server_args};
 
     #[test]
-    fn the_server_is_pinned_to_1452_unless_the_arguments_say_otherwise() {
+    fn equal_sizes_pin_the_mtu_unless_the_arguments_name_it() {
         // On the host's loopback (no `--mtu` namespace in a test).
-        assert_eq!(neqo_server_args(&[]), ["--max-mtu", "1452"]);
+        assert_eq!(
+            neqo_server_args(Party::NeqoEqual, &[]),
+            ["--max-mtu", "1472"]
+        );
+        assert!(neqo_server_args(Party::NeqoDefaults, &[]).is_empty());
         let ack = ["--ack-every".to_owned(), "32".to_owned()];
         assert_eq!(
-            neqo_server_args(&ack),
-            ["--max-mtu", "1452", "--ack-every", "32"]
+            neqo_server_args(Party::NeqoEqual, &ack),
+            ["--max-mtu", "1472", "--ack-every", "32"]
+        );
+        assert_eq!(
+            neqo_server_args(Party::NeqoDefaults, &ack),
+            ["--ack-every", "32"]
         );
         let mtu = ["--max-mtu=8972".to_owned()];
-        assert_eq!(neqo_server_args(&mtu), ["--max-mtu=8972"]);
+        assert_eq!(neqo_server_args(Party::NeqoEqual, &mtu), ["--max-mtu=8972"]);
+        // The arguments' size replaces both setups.
+        assert_eq!(Party::all(&mtu), [Party::NeqoEqual, Party::Msquic]);
+        assert_eq!(
+            Party::all(&ack),
+            [Party::NeqoEqual, Party::NeqoDefaults, Party::Msquic]
+        );
     }
 }

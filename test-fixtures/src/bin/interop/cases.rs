@@ -407,6 +407,12 @@ pub const CASES: &[Case] = &[
     },
     Case {
         name: "ecn",
+        // msquic marks what it sends only with `EcnEnabled`, which is off by default.
+        msquic: Msquic {
+            server_args: &["--ecn"],
+            client_args: &["--ecn"],
+            ..MSQUIC
+        },
         checks: &[
             Check::FilesEqual,
             Check::Counter(Side::Both, Counter::TxEcnEct0, Want::AtLeast(1)),
