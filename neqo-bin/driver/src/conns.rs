@@ -176,6 +176,17 @@ impl Connections {
         }
     }
 
+    /// Puts a connection at the front of the send round, to go again before any other,
+    /// unless it is in the round already.
+    pub(super) fn make_ready_next(&mut self, idx: usize) {
+        if let Some(c) = self.get_mut(idx)
+            && !c.ready
+        {
+            c.ready = true;
+            self.ready.push_front(idx);
+        }
+    }
+
     /// Connections in the send round.
     pub(super) fn ready_len(&self) -> usize {
         self.ready.len()

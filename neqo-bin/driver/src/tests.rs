@@ -18,6 +18,8 @@ use super::{
 };
 use crate::tls::{self, Identity, Trust};
 
+mod runs;
+
 /// Bytes the client asks for.
 const DOWNLOAD: usize = 3 << 20;
 

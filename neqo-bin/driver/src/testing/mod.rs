@@ -116,6 +116,9 @@ struct Net {
     /// Runs each path saw after its GSO broke: (queued before the break, offered afresh,
     /// resumed where the last call stopped).
     gso_break_runs: HashMap<SocketAddr, (usize, usize, usize)>,
+    /// What each address's send calls carried, call by call: each message's destination and
+    /// datagrams.
+    send_calls: HashMap<SocketAddr, Vec<Vec<(SocketAddr, usize)>>>,
 }
 
 /// The network: clock, delays, faults, and the datagrams in flight. Cheap to clone (a
@@ -142,6 +145,7 @@ impl Network {
             queue_limit: HashMap::new(),
             overflowed: HashMap::new(),
             gso_break_runs: HashMap::new(),
+            send_calls: HashMap::new(),
         })))
     }
 
@@ -243,6 +247,18 @@ impl Network {
             .gso_break_runs
             .get(&addr)
             .copied()
+            .unwrap_or_default()
+    }
+
+    /// What `addr`'s send calls carried, call by call (calls that sent segment by segment
+    /// after a GSO break excepted): each message's destination and datagrams, in order.
+    #[must_use]
+    pub fn send_calls(&self, addr: SocketAddr) -> Vec<Vec<(SocketAddr, usize)>> {
+        self.0
+            .borrow()
+            .send_calls
+            .get(&addr)
+            .cloned()
             .unwrap_or_default()
     }
 

@@ -146,6 +146,7 @@ impl Path {
             });
         }
         let mut done = 0;
+        let mut call = Vec::new();
         for t in transmits.iter().take(self.how.per_call) {
             assert!(
                 t.datagrams() <= self.how.gso_segments,
@@ -156,8 +157,16 @@ impl Path {
             for part in t.contents.chunks(t.stride().max(1)) {
                 self.put(part, t.destination);
             }
+            call.push((t.destination, t.datagrams()));
             done += 1;
         }
+        self.net
+            .0
+            .borrow_mut()
+            .send_calls
+            .entry(self.addr)
+            .or_default()
+            .push(call);
         Ok(Sent::new(done, 0))
     }
 
