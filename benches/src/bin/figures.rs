@@ -112,6 +112,25 @@ const FIGURES: &[Figure] = &[
         markdown: true,
     },
     Figure {
+        name: "stacks",
+        about: "clients of other stacks (quinn's, msquic's), 1 and 64 processes, against neqo-server at equal datagram sizes and at its defaults, and the msquic server",
+        cargo: &[
+            "run",
+            "--release",
+            "-p",
+            "benches",
+            "--bin",
+            "compare",
+            "--",
+            "stacks",
+            "--processes",
+            "1,64",
+            "--runs",
+            "3",
+        ],
+        markdown: true,
+    },
+    Figure {
         name: "mtu-1500",
         about: "every pair in network namespaces whose loopback has a 1500-byte MTU (root)",
         cargo: &[
