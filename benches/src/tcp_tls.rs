@@ -495,6 +495,8 @@ pub struct Download {
     pub handshake: Duration,
     /// The negotiated cipher suite, e.g. `TLS13_AES_128_GCM_SHA256`.
     pub cipher_suite: String,
+    /// TCP's maximum segment size on the connection, where it can be read.
+    pub mss: Option<u32>,
 }
 
 impl Download {
@@ -536,6 +538,7 @@ impl Download {
             gbps: self.gbps(),
             handshake_ms: self.handshake.as_secs_f64() * 1e3,
             cipher_suite: self.cipher_suite.clone(),
+            tcp_mss: self.mss,
         }
     }
 }
@@ -610,6 +613,7 @@ pub fn download(
         tcp.set_write_timeout(Some(IDLE_TIMEOUT))
     };
     setup().map_err(DownloadError::Connect)?;
+    let mss = segment_size(&tcp);
     let mut conn = UnbufferedClientConnection::new(config, name)
         .map_err(|e| DownloadError::Handshake(io::Error::other(e)))?;
     let request = hq::request(&format!("/{size}"));
@@ -739,7 +743,20 @@ pub fn download(
         seconds,
         handshake: handshake.unwrap_or_default(),
         cipher_suite,
+        mss,
     })
+}
+
+/// TCP's maximum segment size on `tcp` (`TCP_MAXSEG`).
+#[cfg(unix)]
+fn segment_size(tcp: &TcpStream) -> Option<u32> {
+    socket2::SockRef::from(tcp).tcp_mss().ok()
+}
+
+/// Not read where `TCP_MAXSEG` is not offered.
+#[cfg(not(unix))]
+const fn segment_size(_: &TcpStream) -> Option<u32> {
+    None
 }
 
 #[cfg(test)]
@@ -760,6 +777,14 @@ mod tests {
             assert_eq!(d.bytes_sent, hq::request(&format!("/{size}")).len() as u64);
             assert_eq!(d.cipher_suite, "TLS13_AES_128_GCM_SHA256");
             assert!(d.summary().contains("TLS13_AES_128_GCM_SHA256"));
+            // Loopback's MTU less the IP and TCP headers and options, whatever the host set the
+            // MTU to (1500 or its default 64 KiB): read, and within those.
+            #[cfg(unix)]
+            assert!(
+                d.mss.is_some_and(|m| (1400..65_536).contains(&m)),
+                "{:?}",
+                d.mss
+            );
         }
         let c = server.stop();
         assert_eq!(c.served.load(Ordering::Relaxed), 5);

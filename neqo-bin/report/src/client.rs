@@ -314,6 +314,8 @@ pub struct TransferFigures {
     /// Datagrams per receive syscall; `None` from a client without a UDP socket of its own
     /// to count (`tcp-tls`, `quinn-load`) or that has no figure.
     pub rx_datagrams_per_syscall: Option<f64>,
+    /// TCP's maximum segment size: `tcp-tls` only.
+    pub tcp_mss: Option<u32>,
 }
 
 impl TransferFigures {

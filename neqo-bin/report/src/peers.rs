@@ -21,6 +21,10 @@ pub struct TcpTlsReport {
     pub handshake_ms: f64,
     /// The negotiated suite, as rustls names it (`TLS13_AES_128_GCM_SHA256`).
     pub cipher_suite: String,
+    /// TCP's maximum segment size on the connection (`TCP_MAXSEG`): the payload of its
+    /// segments, beside a QUIC stack's datagram size; `None` where it cannot be read.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub tcp_mss: Option<u32>,
 }
 
 /// `quinn-load --json`: what quinn's own client verified of its requests.

@@ -90,6 +90,7 @@ fn tcp_tls() -> TcpTlsReport {
         gbps: 2.5,
         handshake_ms: 1.2,
         cipher_suite: "TLS13_AES_128_GCM_SHA256".to_owned(),
+        tcp_mss: Some(65_483),
     }
 }
 
@@ -131,6 +132,7 @@ fn every_report_round_trips() {
         requests: 1,
         gbps: Some(1.0),
         rx_datagrams_per_syscall: None,
+        tcp_mss: None,
     });
     round_trip(&tcp_tls());
     round_trip(&quinn_load());

@@ -20,6 +20,9 @@ pub(super) enum Pair {
         /// HTTP/3 (ALPN `h3`) rather than `hq-interop`: neqo on both sides only (the msquic
         /// peer speaks no HTTP/3).
         h3: bool,
+        /// The neqo side(s) at their own datagram size, where the other rows pin the size
+        /// every party sends ([`super::neqo_mtu_args`]).
+        own_size: bool,
     },
     /// `tcp-tls client` against `tcp-tls server`.
     TcpTls,
@@ -38,6 +41,7 @@ pub(super) const fn quic(client: Impl, server: Impl, io: &'static str, pacing: b
         io,
         pacing,
         h3: false,
+        own_size: false,
     }
 }
 
@@ -49,6 +53,18 @@ pub(super) const NEQO_H3: Pair = Pair::Quic {
     io: "batched",
     pacing: true,
     h3: true,
+    own_size: false,
+};
+
+/// neqo <-> neqo, batched and paced, at the binaries' own datagram size: on the host's
+/// loopback the route's, up to 8972 bytes, where the other rows send 1472.
+pub(super) const NEQO_OWN_SIZE: Pair = Pair::Quic {
+    client: Impl::Neqo,
+    server: Impl::Neqo,
+    io: "batched",
+    pacing: true,
+    h3: false,
+    own_size: true,
 };
 
 impl Pair {
@@ -61,6 +77,7 @@ impl Pair {
                 io,
                 pacing,
                 h3,
+                own_size,
             } => {
                 let neqo_involved = client == Impl::Neqo || server == Impl::Neqo;
                 let (io, pacing) = if neqo_involved {
@@ -68,7 +85,11 @@ impl Pair {
                 } else {
                     ("-", "-")
                 };
-                let over = if h3 { " (h3)" } else { "" };
+                let over = match (h3, own_size) {
+                    (true, _) => " (h3)",
+                    (false, true) => " (own size)",
+                    (false, false) => "",
+                };
                 format!(
                     "| {}{over} | {}{over} | {io} | {pacing} |",
                     client.name(),
@@ -88,12 +109,14 @@ impl Pair {
                 io,
                 pacing,
                 h3,
+                own_size,
             } => format!(
-                "{} -> {} ({io}, pacing {}{})",
+                "{} -> {} ({io}, pacing {}{}{})",
                 client.name(),
                 server.name(),
                 if pacing { "on" } else { "off" },
-                if h3 { ", HTTP/3" } else { "" }
+                if h3 { ", HTTP/3" } else { "" },
+                if own_size { ", own datagram size" } else { "" }
             ),
             Self::TcpTls => format!("{TCP_TLS} -> {TCP_TLS}"),
         }
@@ -117,6 +140,7 @@ impl Pair {
                 io: "batched",
                 pacing: true,
                 h3: false,
+                own_size: false,
             }
         )
     }
@@ -135,6 +159,7 @@ impl Pair {
 
 pub(super) const PAIRS: &[Pair] = &[
     quic(Impl::Neqo, Impl::Neqo, "batched", true),
+    NEQO_OWN_SIZE,
     NEQO_H3,
     quic(Impl::Neqo, Impl::Neqo, "batched", false),
     quic(Impl::Neqo, Impl::Neqo, "single", true),
@@ -148,14 +173,15 @@ pub(super) const PAIRS: &[Pair] = &[
 ];
 
 pub(super) fn server_command(pair: &Pair, json: &Path) -> Command {
-    let (server, io, pacing, h3) = match *pair {
+    let (server, io, pacing, h3, own_size) = match *pair {
         Pair::Quic {
             server,
             io,
             pacing,
             h3,
+            own_size,
             ..
-        } => (server, io, pacing, h3),
+        } => (server, io, pacing, h3, own_size),
         Pair::TcpTls => {
             let mut c = netns::command(release_binary("tcp-tls"));
             c.args(["server", "--listen", "127.0.0.1:0"]);
@@ -166,7 +192,9 @@ pub(super) fn server_command(pair: &Pair, json: &Path) -> Command {
         Impl::Neqo => {
             let mut c = netns::command(release_binary("neqo-server"));
             c.args(["--listen", "127.0.0.1:0", "--io", io]);
-            c.args(super::neqo_mtu_args());
+            if !own_size {
+                c.args(super::neqo_mtu_args());
+            }
             c.arg("--json").arg(json);
             if !pacing {
                 c.arg("--no-pacing");
@@ -178,7 +206,8 @@ pub(super) fn server_command(pair: &Pair, json: &Path) -> Command {
         }
         Impl::Msquic => {
             let mut c = netns::command(release_binary("msquic-peer"));
-            c.args(["server", "--listen", "127.0.0.1:0"]);
+            c.args(["server", "--listen", "127.0.0.1:0", "--json"])
+                .arg(json);
             c
         }
     }
@@ -186,14 +215,15 @@ pub(super) fn server_command(pair: &Pair, json: &Path) -> Command {
 
 pub(super) fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
     let json = json.to_string_lossy().into_owned();
-    let (client, io, pacing, h3) = match *pair {
+    let (client, io, pacing, h3, own_size) = match *pair {
         Pair::Quic {
             client,
             io,
             pacing,
             h3,
+            own_size,
             ..
-        } => (client, io, pacing, h3),
+        } => (client, io, pacing, h3, own_size),
         Pair::TcpTls => {
             let mut c = netns::command(release_binary("tcp-tls"));
             c.args(["client", url, "--insecure", "--json", &json]);
@@ -203,7 +233,9 @@ pub(super) fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
     match client {
         Impl::Neqo => {
             let mut c = netns::command(release_binary("neqo-client"));
-            c.args(super::neqo_mtu_args());
+            if !own_size {
+                c.args(super::neqo_mtu_args());
+            }
             c.args([
                 url,
                 "--insecure",
@@ -237,6 +269,9 @@ pub(super) fn client_command(pair: &Pair, url: &str, json: &Path) -> Command {
 
 /// Why `pair` cannot run, if it cannot.
 pub(super) fn missing(peers: &Peers, pair: &Pair) -> Option<String> {
+    if matches!(pair, Pair::Quic { own_size: true, .. }) && netns::active() {
+        return Some("in a namespace every row runs at its own datagram size".to_owned());
+    }
     let needs = [
         (pair.uses(Impl::Neqo), &peers.neqo_missing),
         (pair.uses(Impl::Msquic), &peers.msquic_missing),

@@ -2,8 +2,8 @@
 
 use std::{fmt::Write as _, time::Duration};
 
-use neqo_report::{ServerReport, TransferFigures};
-use test_fixtures::{Server, run};
+use neqo_report::{MsquicServerReport, ServerReport, TransferFigures};
+use test_fixtures::{Impl, Server, run};
 
 use super::{
     JsonFile, Peers,
@@ -23,6 +23,10 @@ struct Row {
     server_cpu_s_per_gb: Vec<f64>,
     client_rss_mb: f64,
     server_rss_mb: f64,
+    /// The largest UDP payload the server's connection reached, from its own report.
+    server_datagram: u64,
+    /// TCP's segment size (`tcp-tls`), from the client's report.
+    tcp_mss: Option<u32>,
     failure: Option<String>,
 }
 
@@ -48,6 +52,7 @@ fn one_run((index, pair): (usize, &Pair), bytes: u64, row: &mut Row) -> Result<(
     let report = client_json
         .take::<TransferFigures>()
         .map_err(|e| format!("client: {e}"))?;
+    row.tcp_mss = row.tcp_mss.or(report.tcp_mss);
     row.times_ms.push(client.wall.as_secs_f64() * 1000.0);
     if let Some(g) = report.positive_gbps() {
         row.gbps.push(g);
@@ -67,6 +72,20 @@ fn one_run((index, pair): (usize, &Pair), bytes: u64, row: &mut Row) -> Result<(
             .map_err(|e| format!("server: {e}"))?;
         row.server_tx_per_syscall
             .push(server_report.tx_datagrams_per_syscall);
+        row.server_datagram = row
+            .server_datagram
+            .max(u64::from(server_report.driver.max_path_mtu));
+    } else if matches!(
+        pair,
+        Pair::Quic {
+            server: Impl::Msquic,
+            ..
+        }
+    ) {
+        let server_report = server_json
+            .take::<MsquicServerReport>()
+            .map_err(|e| format!("server: {e}"))?;
+        row.server_datagram = row.server_datagram.max(server_report.max_udp_payload);
     }
     row.client_rss_mb = row.client_rss_mb.max(client.max_rss_kib as f64 / 1024.0);
     row.server_rss_mb = row.server_rss_mb.max(server.max_rss_kib as f64 / 1024.0);
@@ -85,7 +104,7 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
 }
 
 /// The table's columns after the pair's four.
-pub(super) const COLUMNS: [&str; 12] = [
+pub(super) const COLUMNS: [&str; 13] = [
     "Mean ± σ [ms]",
     "Min [ms]",
     "Max [ms]",
@@ -98,6 +117,7 @@ pub(super) const COLUMNS: [&str; 12] = [
     "Client RX dgram/syscall",
     "Client RSS [MB]",
     "Server RSS [MB]",
+    "Server datagram [B]",
 ];
 
 /// Runs every pair that can run `runs` times, interleaved, and tabulates them; returns the
@@ -107,7 +127,11 @@ pub(super) fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let _ = writeln!(
         out,
-        "Transfer of {bytes} bytes over loopback, {runs} run(s) per pair, the pairs in turn in each run; client and server share {cores} cores.\n"
+        "Transfer of {bytes} bytes over loopback, {runs} run(s) per pair, the pairs in turn in each run; client and server share {cores} cores. Every QUIC row sends datagrams of one size ({}) but \"own size\", where neqo runs at its defaults; the server's largest datagram is from its own report, TCP's segment size from the client's socket.\n",
+        match super::neqo_mtu_args() {
+            [] => "the link's".to_owned(),
+            args => format!("neqo at `{}`, msquic at its default", args.join(" ")),
+        }
     );
     let _ = writeln!(
         out,
@@ -140,7 +164,8 @@ pub(super) fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
     let opt =
         |v: &[f64], prec: usize| mean(v).map_or_else(|| "-".to_owned(), |m| format!("{m:.prec$}"));
     // CPU s/GB of both sides: neqo <-> neqo (batched, paced) and TCP+TLS.
-    let (mut neqo_cpu, mut tcp_cpu, mut h3_cpu) = (None, None, None);
+    let (mut neqo_cpu, mut tcp_cpu, mut h3_cpu, mut own_cpu) = (None, None, None, None);
+    let mut own_datagram = 0;
     for (_, pair, row) in &rows {
         if let Some(f) = &row.failure {
             failed += 1;
@@ -170,10 +195,13 @@ pub(super) fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
             h3_cpu = mean(&both);
         } else if matches!(pair, Pair::TcpTls) {
             tcp_cpu = mean(&both);
+        } else if matches!(pair, Pair::Quic { own_size: true, .. }) {
+            own_cpu = mean(&both);
+            own_datagram = row.server_datagram;
         }
         let _ = writeln!(
             out,
-            "{} {mean_ms:.1} ± {sd:.1} | {min:.1} | {max:.1} | {relative:.2} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
+            "{} {mean_ms:.1} ± {sd:.1} | {min:.1} | {max:.1} | {relative:.2} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |",
             pair.label(),
             opt(&row.gbps, 2),
             opt(&row.client_cpu_s_per_gb, 2),
@@ -182,7 +210,12 @@ pub(super) fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
             opt(&row.server_tx_per_syscall, 1),
             opt(&row.client_rx_per_syscall, 1),
             row.client_rss_mb,
-            row.server_rss_mb
+            row.server_rss_mb,
+            match (row.server_datagram, row.tcp_mss) {
+                (0, Some(mss)) => format!("{mss} (TCP MSS)"),
+                (0, None) => "-".to_owned(),
+                (d, _) => d.to_string(),
+            }
         );
     }
     if let (Some(neqo), Some(tcp)) = (neqo_cpu, tcp_cpu)
@@ -192,6 +225,15 @@ pub(super) fn table(peers: &Peers, runs: usize, bytes: u64) -> (String, usize) {
             out,
             "\nneqo <-> neqo (batched, pacing on) uses {neqo:.2} CPU s/GB on both sides, TCP+TLS {tcp:.2}: {:.2}x TCP+TLS's CPU per byte.",
             neqo / tcp
+        );
+    }
+    if let (Some(own), Some(tcp)) = (own_cpu, tcp_cpu)
+        && tcp > 0.0
+    {
+        let _ = writeln!(
+            out,
+            "At its own datagram size ({own_datagram} bytes from the server) the same pair uses {own:.2}: {:.2}x TCP+TLS's.",
+            own / tcp
         );
     }
     if let (Some(neqo), Some(h3)) = (neqo_cpu, h3_cpu)
