@@ -5,11 +5,13 @@
 use std::fmt::Write as _;
 
 use super::super::curve::median;
-use super::{Count, Key, Party, Point, Shape, Stack, neqo_server_args};
+use super::{Count, Key, Party, Point, Shape, Stack, names_mtu, neqo_server_args};
 
-/// A neqo-server setup's name in the tables.
-const fn setup(party: Party) -> &'static str {
+/// A neqo-server setup's name in the tables: where `--server-arg` names the size, that
+/// replaces the equal one ([`Party::all`]).
+fn setup(party: Party, neqo_args: &[String]) -> &'static str {
     match party {
+        Party::NeqoEqual if names_mtu(neqo_args) => "the size --server-arg names",
         Party::NeqoEqual => "equal datagram sizes",
         Party::NeqoDefaults => "neqo-server's defaults",
         Party::Msquic => "msquic",
@@ -57,7 +59,7 @@ pub(super) fn render(
             out,
             "{} at {} ({})",
             if i == 0 { "" } else { " and" },
-            setup(**party),
+            setup(**party, neqo_args),
             if args.is_empty() {
                 "no arguments"
             } else {
@@ -100,7 +102,7 @@ pub(super) fn render(
                     out,
                     "| {} | {} | {} / {} |",
                     stack.name(),
-                    setup(party),
+                    setup(party, neqo_args),
                     largest(points, stack, party),
                     largest(points, stack, Party::Msquic)
                 );
@@ -136,7 +138,7 @@ pub(super) fn render(
                     shape.label(),
                     match party {
                         Party::Msquic => "msquic".to_owned(),
-                        neqo => format!("neqo-server, {}", setup(neqo)),
+                        neqo => format!("neqo-server, {}", setup(neqo, neqo_args)),
                     }
                 );
                 let point = find(points, (stack, (c, shape), party));
@@ -153,4 +155,24 @@ pub(super) fn render(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Party, Shape, render};
+
+    #[test]
+    fn a_size_from_the_arguments_is_not_called_equal() {
+        let columns = [(64, Shape::One)];
+        let given = ["--max-mtu=8972".to_owned()];
+        let out = render(&[], &columns, &Party::all(&given), (1, 1), &given);
+        assert!(
+            out.contains("| quinn | the size --server-arg names |"),
+            "{out}"
+        );
+        assert!(!out.contains("equal datagram sizes"), "{out}");
+        let out = render(&[], &columns, &Party::all(&[]), (1, 1), &[]);
+        assert!(out.contains("| quinn | equal datagram sizes |"), "{out}");
+        assert!(out.contains("| quinn | neqo-server's defaults |"), "{out}");
+    }
 }
