@@ -1,9 +1,12 @@
 //! One saved body (`--output-dir`, `-o`, standard output) on its way out.
 //!
-//! Bytes read from the stream collect in a buffer of at most [`CHUNK`]; a full buffer (or, at
-//! the FIN, whatever is left) becomes one write job on the blocking pool. While a write is in
-//! flight and the buffer is full, [`Output::room`] is 0 and the caller reads no more of the
-//! stream, so a slow disk holds the server back through flow control.
+//! Bytes read from the stream collect in a buffer; once it holds a [`CHUNK`] (or, at the FIN,
+//! whatever is left) all of it becomes one write job on the blocking pool. While that write is
+//! in flight the next buffer collects up to [`HOLD`], so the caller goes on reading the stream
+//! and quinn-proto does not pile up thousands of received packets (past 2048 it copies them
+//! all into one buffer); only when [`Output::room`] is 0 does the caller stop reading, so a
+//! slow disk holds the server back through flow control. The two buffers take turns and are
+//! kept, not allocated per write.
 
 use std::{
     fs::File,
@@ -58,7 +61,6 @@ fn stdout() -> io::Result<File> {
     ))
 }
 
-use bytes::BytesMut;
 use neqo_driver::Jobs;
 use neqo_protocols::pattern::CHUNK;
 use quinn_proto::{ConnectionHandle, StreamId};
@@ -71,8 +73,21 @@ pub(super) struct WriteDone {
     pub(super) id: StreamId,
     /// Tells its request from an earlier one with the same connection handle and stream id.
     pub(super) token: u64,
-    pub(super) result: io::Result<Option<File>>,
+    pub(super) result: io::Result<Written>,
 }
+
+/// What a write job gives back: the file for the next write (`None` after the last) and its
+/// buffer, emptied, for the one after.
+#[derive(Debug)]
+pub(super) struct Written {
+    file: Option<File>,
+    buffer: Vec<u8>,
+}
+
+/// The most a saved body collects while a write is in flight: what a write that takes a
+/// while (a disk's flush, a busy blocking pool) lets the stream deliver meanwhile. With a
+/// write in flight a body holds at most twice this.
+pub(super) const HOLD: usize = 16 * CHUNK;
 
 #[derive(Debug)]
 pub(super) struct Output {
@@ -80,7 +95,9 @@ pub(super) struct Output {
     /// `None` before the first write and while a write is in flight.
     file: Option<File>,
     /// Received, not yet handed to a write.
-    buf: BytesMut,
+    buf: Vec<u8>,
+    /// The other buffer, back from the last write, emptied (`None` while it is in flight).
+    spare: Option<Vec<u8>>,
     writing: bool,
     /// The file exists (created by the first write).
     created: bool,
@@ -93,7 +110,8 @@ impl Output {
         Self {
             sink,
             file: None,
-            buf: BytesMut::new(),
+            buf: Vec::new(),
+            spare: None,
             writing: false,
             created: false,
             fin: false,
@@ -107,7 +125,7 @@ impl Output {
 
     /// How many more stream bytes may be taken now.
     pub(super) fn room(&self) -> usize {
-        CHUNK.saturating_sub(self.buf.len())
+        HOLD.saturating_sub(self.buf.len())
     }
 
     /// Takes stream bytes (at most [`room`](Self::room) in all).
@@ -120,9 +138,6 @@ impl Output {
         self.fin = true;
     }
 
-    /// The next write job, if one is due: none while one is in flight; a full buffer, or at
-    /// the FIN what is left (creating the file even for an empty body). The last write closes
-    /// the file in the job, off the driver thread.
     /// Starts the next write on `writes` if one is due, tagged with its request; returns
     /// whether it did.
     pub(super) fn start_write(
@@ -144,26 +159,34 @@ impl Output {
         true
     }
 
+    /// The next write job, if one is due: none while one is in flight; all that is buffered
+    /// once it is a [`CHUNK`] or more, or at the FIN what is left (creating the file even for
+    /// an empty body). The last write closes the file in the job, off the driver thread.
     pub(super) fn next_write(
         &mut self,
-    ) -> Option<impl FnOnce() -> io::Result<Option<File>> + Send + 'static> {
+    ) -> Option<impl FnOnce() -> io::Result<Written> + Send + 'static> {
         let due = self.buf.len() >= CHUNK || (self.fin && (!self.buf.is_empty() || !self.created));
         if self.writing || !due {
             return None;
         }
         self.writing = true;
-        let data = self.buf.split().freeze();
+        let mut data = std::mem::replace(&mut self.buf, self.spare.take().unwrap_or_default());
         let last = self.fin;
         let (file, sink) = (self.file.take(), self.sink.clone());
         Some(move || {
             let file = write_chunk(file, || sink.open(), &data)?;
-            Ok((!last).then_some(file))
+            data.clear();
+            Ok(Written {
+                file: (!last).then_some(file),
+                buffer: data,
+            })
         })
     }
 
-    /// A write job finished; `file` is `None` after the last.
-    pub(super) fn written(&mut self, file: Option<File>) {
-        self.file = file;
+    /// A write job finished.
+    pub(super) fn written(&mut self, done: Written) {
+        self.file = done.file;
+        self.spare = Some(done.buffer);
         self.writing = false;
         self.created = true;
     }
@@ -222,20 +245,33 @@ mod tests {
     }
 
     #[test]
-    fn one_write_in_flight_and_room_only_when_the_buffer_drains() {
+    fn one_write_in_flight_while_the_next_buffer_collects_up_to_the_hold() {
         let dir = std::env::temp_dir().join(format!("neqo-bin-output-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut out = Output::new(Sink::File(dir.join("body")));
-        assert!(out.next_write().is_none(), "nothing due yet");
-        out.push(&vec![1; CHUNK]);
-        assert_eq!(out.room(), 0);
-        let job = out.next_write().expect("a full buffer is written");
-        assert_eq!(out.room(), CHUNK, "read on while the chunk is written");
-        out.push(&vec![2; CHUNK]);
-        assert_eq!(out.room(), 0);
+        out.push(&vec![1; CHUNK - 1]);
+        assert!(out.next_write().is_none(), "nothing due below a chunk");
+        out.push(&[1]);
+        let job = out.next_write().expect("a chunk is written");
+        assert_eq!(
+            out.room(),
+            HOLD,
+            "the next buffer collects while the chunk is written"
+        );
+        out.push(&vec![2; HOLD]);
+        assert_eq!(out.room(), 0, "the hold is full: the caller reads no more");
         assert!(out.next_write().is_none(), "one write at a time");
-        out.written(job().unwrap());
-        let job = out.next_write().expect("the second chunk");
+        let first = job().unwrap();
+        assert_eq!(first.buffer.len(), 0);
+        let first_buffer = first.buffer.as_ptr();
+        out.written(first);
+        let job = out.next_write().expect("all that collected, in one write");
+        assert_eq!(out.room(), HOLD);
+        assert_eq!(
+            out.buf.as_ptr(),
+            first_buffer,
+            "the first buffer is used again"
+        );
         out.written(job().unwrap());
         out.push(b"tail");
         out.end();
@@ -244,7 +280,7 @@ mod tests {
         out.written(job().unwrap());
         assert!(out.done());
         let mut expected = vec![1; CHUNK];
-        expected.extend(vec![2; CHUNK]);
+        expected.extend(vec![2; HOLD]);
         expected.extend(b"tail");
         assert_eq!(std::fs::read(dir.join("body")).unwrap(), expected);
 

@@ -320,8 +320,8 @@ impl Open {
             return;
         };
         match done.result {
-            Ok(file) => {
-                out.written(file);
+            Ok(written) => {
+                out.written(written);
                 self.read(s, done.connection, conn, done.id, now);
             }
             Err(e) => {

@@ -1,7 +1,7 @@
 //! One HTTP/3 request of the client: sent (with its `POST` body), its response checked and
 //! its body verified or saved.
 
-use std::{cell::RefCell, fs::File};
+use std::cell::RefCell;
 
 use bytes::{Buf as _, Bytes};
 use neqo_protocols::{
@@ -10,7 +10,7 @@ use neqo_protocols::{
 };
 
 use super::{ConnState, Context};
-use crate::client::output::{Output, Sink};
+use crate::client::output::{Output, Sink, Written};
 use neqo_h3::Opener;
 
 /// Counts a request sent in its connection's [`ConnState::in_flight`] while it lives.
@@ -157,15 +157,14 @@ pub(super) async fn request(
     Ok(Done::Whole)
 }
 
-/// A saved body on its way out: bytes collect in an [`Output`] (at most a
-/// [`CHUNK`](neqo_protocols::pattern::CHUNK)), each full buffer written on tokio's blocking pool while
-/// the next one fills, as `hq-interop`'s saved bodies are; the request reads no more of its
-/// stream while a write is in flight and the buffer is full, so a slow disk holds the server
-/// back through flow control. (One write per received chunk, awaited before the next, moved
-/// a body at a third of the speed.)
+/// A saved body on its way out: bytes collect in an [`Output`], written on tokio's blocking pool
+/// while the next buffer fills, as `hq-interop`'s saved bodies are; the request reads no more
+/// of its stream while a write is in flight and the next buffer is full, so a slow disk holds
+/// the server back through flow control. (One write per received chunk, awaited before the
+/// next, moved a body at a third of the speed.)
 struct Writer {
     out: Output,
-    writing: Option<tokio::task::JoinHandle<std::io::Result<Option<File>>>>,
+    writing: Option<tokio::task::JoinHandle<std::io::Result<Written>>>,
 }
 
 impl Writer {
@@ -179,11 +178,11 @@ impl Writer {
     /// Waits for the write in flight, if any.
     async fn settle(&mut self) -> Result<(), String> {
         if let Some(w) = self.writing.take() {
-            let file = w
+            let done = w
                 .await
                 .map_err(|e| format!("writing {}: {e}", self.out.sink()))?
                 .map_err(|e| format!("writing {}: {e}", self.out.sink()))?;
-            self.out.written(file);
+            self.out.written(done);
         }
         Ok(())
     }
