@@ -100,8 +100,9 @@ def main():
             continue
         own, fn = 'unattributed', None
         for sym, d in frames:
-            if 'kernel' not in d and owner(sym):
-                own, fn = owner(sym), sym
+            found = None if 'kernel' in d else owner(sym)
+            if found:
+                own, fn = found, sym
                 break
         if any(k in leaf for k in ('memmove', 'memcpy', 'memset')):
             part = f'{own} (memmove)'
