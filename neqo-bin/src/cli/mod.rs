@@ -229,7 +229,10 @@ fn write_json(path: &Path, report: &impl neqo_report::Report) -> anyhow::Result<
 
 /// The binaries' allocator: mimalloc, where glibc's malloc and free were a quarter of the
 /// server's CPU in a profile of small HTTP/3 requests (many small allocations a request,
-/// most of them in the `h3` and `http` crates).
+/// most of them in the `h3` and `http` crates). Built with `no_thp`: asking for transparent
+/// huge pages made every first touch of a 2 MiB region zero all of it, however little of it
+/// a server's many small per-connection allocations used
+/// (`docs/records/many-connections.md`, "The allocator's huge pages").
 pub type Allocator = mimalloc::MiMalloc;
 
 /// The [`Allocator`] each binary declares: `#[global_allocator] static A: Allocator = ALLOCATOR;`.
