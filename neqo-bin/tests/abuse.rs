@@ -417,7 +417,38 @@ mod server_process {
         }
     }
 
+    /// `AnonHugePages` of a server process from /proc, in KiB.
+    fn huge_pages_kib(server: &Server) -> u64 {
+        let rollup =
+            std::fs::read_to_string(format!("/proc/{}/smaps_rollup", server.id())).unwrap();
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no AnonHugePages in {rollup}"))
+    }
+
     // ---------------------------------------------------------------------------------------------
+
+    /// The server does not ask for transparent huge pages (mimalloc's `no_thp`): where the
+    /// system leaves them to `madvise`, each first touch of a 2 MiB region would zero all of it,
+    /// and a heap of many small allocations would hold about twice the memory. A system that
+    /// gives every process huge pages (`always`) or none (`never`) leaves nothing to check.
+    #[test]
+    fn the_server_asks_for_no_huge_pages() {
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !mode.contains("[madvise]") {
+            println!("transparent huge pages {mode:?}: not left to madvise, nothing to check");
+            return;
+        }
+        let _serial = serial();
+        let server = start_server_process(&[]);
+        let c = ClientConfig::new(url(server.addr(), "/8000000"), Trust::Insecure);
+        let r = with_deadline("download", move || client::run(c)).expect("download");
+        assert_eq!(r.bytes_received, 8_000_000);
+        assert_eq!(huge_pages_kib(&server), 0, "the server holds huge pages");
+    }
 
     /// 100 000 garbage datagrams from four sockets while a client downloads, again and again:
     /// every download is byte-exact, the server accepts connections afterwards, its peak memory
