@@ -26,6 +26,7 @@ for n in "$processes" "$bytes" "$requests"; do
     [[ $n =~ ^[1-9][0-9]{0,9}$ ]] || { echo "not a positive count: $n" >&2; exit 2; }
 done
 [ "$processes" -le 1024 ] || { echo "at most 1024 client processes" >&2; exit 2; }
+[ "$requests" -le 1000 ] || { echo "at most 1000 requests each" >&2; exit 2; }
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 peer=$root/target/release/msquic-peer
@@ -34,8 +35,9 @@ for b in "$peer" "$neqo"; do
     [ -x "$b" ] || { echo "missing $b: build it first (see the header)" >&2; exit 2; }
 done
 
+sp=
 work=$(mktemp -d)
-trap 'kill "$sp" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap '[ -z "$sp" ] || kill "$sp" 2>/dev/null || true; rm -rf "$work"' EXIT
 # A port the kernel picks: bind, read it back, release it for the server.
 port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 if [ "$server" = neqo ]; then
@@ -46,11 +48,13 @@ else
 fi
 sp=$!
 echo "server PID $sp on 127.0.0.1:$port" >&2
+listening=
 for _ in $(seq 100); do
-    ss -Hlun "sport = :$port" | grep -q . && break
+    ss -Hlun "sport = :$port" | grep -q . && { listening=1; break; }
     kill -0 "$sp" 2>/dev/null || { cat "$work/server.out" >&2; exit 1; }
     sleep 0.05
 done
+[ -n "$listening" ] || { echo "the server is not listening after 5 s" >&2; cat "$work/server.out" >&2; exit 1; }
 
 pids=()
 for _ in $(seq "$processes"); do
