@@ -364,17 +364,21 @@ mod server_process {
         .unwrap_or_else(|e| panic!("server did not start: {e}"))
     }
 
+    /// A field in KiB (`VmRSS:`, `AnonHugePages:`) of a server process's /proc file `file`.
+    fn proc_kib(server: &Server, file: &str, name: &str) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/{file}", server.id())).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    }
+
     /// `VmRSS` and `VmHWM` (peak RSS) of a server process from /proc, in KiB.
     fn memory_kib(server: &Server) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", server.id())).unwrap();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("no {name} in {status}"))
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        (
+            proc_kib(server, "status", "VmRSS:"),
+            proc_kib(server, "status", "VmHWM:"),
+        )
     }
 
     /// Datagram `i` of a garbage stream: empty, random bytes, truncated long headers, full-size
@@ -417,17 +421,6 @@ mod server_process {
         }
     }
 
-    /// `AnonHugePages` of a server process from /proc, in KiB.
-    fn huge_pages_kib(server: &Server) -> u64 {
-        let rollup =
-            std::fs::read_to_string(format!("/proc/{}/smaps_rollup", server.id())).unwrap();
-        rollup
-            .lines()
-            .find_map(|l| l.strip_prefix("AnonHugePages:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no AnonHugePages in {rollup}"))
-    }
-
     // ---------------------------------------------------------------------------------------------
 
     /// The server does not ask for transparent huge pages (mimalloc's `no_thp`): where the
@@ -447,7 +440,11 @@ mod server_process {
         let c = ClientConfig::new(url(server.addr(), "/8000000"), Trust::Insecure);
         let r = with_deadline("download", move || client::run(c)).expect("download");
         assert_eq!(r.bytes_received, 8_000_000);
-        assert_eq!(huge_pages_kib(&server), 0, "the server holds huge pages");
+        assert_eq!(
+            proc_kib(&server, "smaps_rollup", "AnonHugePages:"),
+            0,
+            "the server holds huge pages"
+        );
     }
 
     /// 100 000 garbage datagrams from four sockets while a client downloads, again and again:
