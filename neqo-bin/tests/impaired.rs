@@ -342,49 +342,43 @@ fn path_20ms_100mbit() -> Impairment {
     }
 }
 
-/// On [`path_20ms_100mbit`] both pacing modes complete; the server (the sender)
-/// moves at least twice as many datagrams per `sendmmsg` with pacing off as with it on.
+/// On [`path_20ms_100mbit`] both pacing modes complete with every byte verified; with pacing on
+/// the server waits on the precise timer, its pacer holds connections back and no GSO run
+/// exceeds its burst, and with pacing off the pacer never holds one.
 ///
-/// Pacing off, the bursts are what quinn-proto's own pacer and the ACK clock allow: the relay
-/// (on tokio's 1 ms timers) delivers and returns in millisecond clumps, so each clump of ACKs
-/// frees about a millisecond of the rate, 10 to 13 datagrams, sent at once. Pacing on, the
-/// driver's pacer releases 250 us of the rate (about two datagrams here) plus its timer's
-/// lateness and wakes on a sub-millisecond timer, so those datagrams leave in runs of two to
-/// four spread over the millisecond.
+/// How much smaller the paced bursts are depends on the machine's timer lateness and on the
+/// relay's tokio timers, so the datagrams per `sendmmsg` are printed here (the figure in
+/// `docs/records/pacing.md`), not asserted; the driver's virtual-time test
+/// `pacing_releases_spread_the_bursts` asserts the spreading deterministically.
 #[test]
 fn pacing_at_20ms_rtt_and_100mbit() {
     let _machine = exclusive();
     let imp = path_20ms_100mbit();
-    let mut per_syscall = Vec::new();
     for pacing in [true, false] {
         let mut d = Download::symmetric("20 ms RTT, 100 Mbit/s", 5, imp, 16 * MIB);
         d.pacing = pacing;
         let o = d.run();
-        let (tx, burst) = (
-            o.server.tx_datagrams_per_syscall,
-            o.server.driver.max_transmit_datagrams,
-        );
+        let server = &o.server.driver;
         println!(
-            "pacing {}: server TX {tx:.2} datagrams/syscall, largest GSO run {burst}, {} paced waits; histogram {:?}",
+            "pacing {}: server TX {:.2} datagrams/syscall, largest GSO run {}, {} paced waits; histogram {:?}",
             if pacing { "on" } else { "off" },
-            o.server.driver.paced_waits,
+            o.server.tx_datagrams_per_syscall,
+            server.max_transmit_datagrams,
+            server.paced_waits,
             o.server.socket.tx.per_syscall
         );
         if pacing {
-            assert!(burst <= neqo_driver::BURST_DATAGRAMS as u64);
+            assert!(
+                server.paced_waits > 0,
+                "the pacer never held a connection back"
+            );
+            assert!(server.max_transmit_datagrams <= neqo_driver::BURST_DATAGRAMS as u64);
+        } else {
+            assert_eq!(server.paced_waits, 0, "pacing off, yet the pacer held");
         }
         #[cfg(target_os = "linux")]
-        assert_eq!(
-            o.server.driver.pacing_timer,
-            pacing.then_some(PacingTimer::Precise)
-        );
-        per_syscall.push(tx);
+        assert_eq!(server.pacing_timer, pacing.then_some(PacingTimer::Precise));
     }
-    let (on, off) = (per_syscall[0], per_syscall[1]);
-    assert!(
-        off >= 2.0 * on,
-        "TX datagrams per syscall: pacing off {off:.2}, on {on:.2}"
-    );
 }
 
 /// The pacer on tokio's timers, as on platforms without a precise one (chosen here with
