@@ -11,7 +11,8 @@
 # received and its send syscalls per GB (from its --json report). A profile: run
 # `perf record -g -p PID` on the PID it prints. Binaries come from target/release
 # (`cargo build --release -p neqo-bin` and `cargo build --release -p msquic-peer --features
-# msquic`), or from $BIN for neqo-server.
+# msquic`), or from $BIN for neqo-server; $MSQUIC_SERVER names another msquic-peer binary for
+# the msquic server (the clients stay target/release's), to compare two builds of it.
 set -euo pipefail
 
 usage() {
@@ -31,7 +32,8 @@ done
 root=$(cd "$(dirname "$0")/../.." && pwd)
 peer=$root/target/release/msquic-peer
 neqo=${BIN:-$root/target/release}/neqo-server
-for b in "$peer" "$neqo"; do
+msquic_server=${MSQUIC_SERVER:-$peer}
+for b in "$peer" "$neqo" "$msquic_server"; do
     [ -x "$b" ] || { echo "missing $b: build it first (see the header)" >&2; exit 2; }
 done
 
@@ -44,7 +46,7 @@ if [ "$server" = neqo ]; then
     "$neqo" --listen "127.0.0.1:$port" --alpn hq-interop --json "$work/report.json" "$@" \
         >"$work/server.out" 2>&1 &
 else
-    "$peer" server --listen "127.0.0.1:$port" --alpn hq-interop "$@" >"$work/server.out" 2>&1 &
+    "$msquic_server" server --listen "127.0.0.1:$port" --alpn hq-interop "$@" >"$work/server.out" 2>&1 &
 fi
 sp=$!
 echo "server PID $sp on 127.0.0.1:$port" >&2
