@@ -541,15 +541,33 @@ mod process {
                 .map(|w| thread_cpu(server.id(), &format!("neqo-server-{w}")))
                 .collect();
             let report = stop_and_report(server, &json);
-            let got: Vec<u64> = report.workers.iter().map(|w| w.rx_datagrams).collect();
-            assert_eq!(got.len(), 2, "{report:?}");
+            // What each worker was steered: what it read, and what the kernel (its own socket,
+            // with the kernel's program) or the dispatcher (its full channel) dropped for it.
+            // A slow machine drops more, but not the steering's choice, so the counts hold on
+            // any machine; only the dispatcher's own socket drops before choosing.
+            let steered: Vec<u64> = report
+                .workers
+                .iter()
+                .map(|w| w.rx_datagrams + w.kernel_drops + w.dispatch_dropped)
+                .collect();
+            assert_eq!(steered.len(), 2, "{report:?}");
+            let before_steering = report
+                .dispatch
+                .as_ref()
+                .map_or(0, |d| d.socket.kernel_drops);
             let sent = (SOURCES * PER_SOURCE) as u64;
             println!(
-                "aimed Initials ({steering}): {sent} sent; datagrams per worker {got:?}; worker CPU {cpu:.2?} s"
+                "aimed Initials ({steering}): {sent} sent; steered per worker {steered:?} \
+                 ({before_steering} dropped before steering); worker CPU {cpu:.2?} s"
             );
-            assert!(got[0] + got[1] >= sent * 9 / 10, "most arrive: {got:?}");
-            let (lo, hi) = (got[0].min(got[1]), got[0].max(got[1]));
-            assert!(2 * lo >= hi, "{steering}: {got:?} of {sent}");
+            let arrived = steered[0] + steered[1] + before_steering;
+            assert!(arrived >= sent * 9 / 10, "most arrive: {arrived} of {sent}");
+            assert!(
+                steered[0] + steered[1] >= sent / 4,
+                "{steering}: too few steered to judge: {steered:?} of {sent}"
+            );
+            let (lo, hi) = (steered[0].min(steered[1]), steered[0].max(steered[1]));
+            assert!(2 * lo >= hi, "{steering}: {steered:?} of {sent}");
         }
     }
 }

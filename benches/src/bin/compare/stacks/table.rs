@@ -51,7 +51,7 @@ pub(super) fn render(
     let mut out = String::new();
     let _ = write!(
         out,
-        "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all, in 1 MiB requests (at least one each) or in one download each, from the msquic server (msquic's defaults but the settings msquic-peer names) and from neqo-server"
+        "Clients of other stacks: C client processes, one connection each, download {bytes} bytes in all, in 1 MiB requests (at least one each) or in one download each, from the msquic server (built with LTTng logging as Microsoft builds it for Linux; msquic's defaults but the settings msquic-peer names) and from neqo-server"
     );
     for (i, party) in neqo.iter().enumerate() {
         let args = neqo_server_args(**party, neqo_args).join(" ");
