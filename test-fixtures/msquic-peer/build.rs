@@ -2,7 +2,9 @@
 //! LTTng logging (`msquic-logging.cmake`), the build Microsoft ships: the stub build evaluates
 //! trace work on every congestion-control update, which would make the benchmarks' anchor
 //! dearer than msquic is. The link fails unless one of the CLOG tracepoints is in the library
-//! (`--defsym` to a symbol that is not defined is an error in lld and GNU ld alike).
+//! (`--defsym` to a symbol that is not defined is an error in lld and GNU ld alike). A target
+//! directory holding an earlier stub build needs `cargo clean -p msquic` once: msquic's build
+//! script reruns only when its own file changes.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

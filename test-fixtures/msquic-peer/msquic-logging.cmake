@@ -1,6 +1,7 @@
 # A CMake toolchain file that builds msquic with logging as Microsoft builds its Linux
-# packages: LTTng through CLOG. `.cargo/config.toml` names it in CMAKE_TOOLCHAIN_FILE, which
-# the cmake crate passes to every CMake build in the workspace; it changes only msquic's.
+# packages: LTTng through CLOG. `.cargo/config.toml` names it in CMAKE_TOOLCHAIN_FILE_<target>
+# for the Linux targets, which the cmake crate passes to every CMake build for them in the
+# workspace; it changes only msquic's.
 #
 # Why: the msquic crate's build script sets QUIC_ENABLE_LOGGING off on Linux, which selects
 # msquic's stub trace providers, and those answer TRUE to every "is this trace enabled"
