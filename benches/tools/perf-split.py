@@ -9,11 +9,13 @@ the crate that called them), then feed `perf script` to this:
         python3 benches/tools/perf-split.py --hz 1999 --bytes N [--top K]
 
 The server is the process whose thread names start with `neqo-server` or `tcp-tls 1` (the
-TCP+TLS server names a thread after its peer); the client is `neqo-client` or the other
-`tcp-tls`. A kernel sample counts as the copy between user memory and socket buffers when its
+TCP+TLS server names a thread after its peer), or the one `--server-pid` names (the msquic
+server, whose clients run the same binary: record it alone with `perf record -p PID`); the
+client is `neqo-client` or the other `tcp-tls`. A kernel sample counts as the copy between user memory and socket buffers when its
 leaf is one of COPY, else as the rest of the kernel. A user sample belongs to the first frame,
-from the leaf up, of a crate that owns work (quinn-proto, crypto, rustls, ours, tokio);
-frames of std, core, alloc, bytes and the C library pass the sample on to their caller.
+from the leaf up, of a crate that owns work (quinn-proto, crypto, rustls, ours, tokio) or of
+msquic's C code (`Quic*`, `CxPlat*`; quictls's AEAD as crypto); frames of std, core, alloc,
+bytes and the C library pass the sample on to their caller.
 """
 import argparse
 import collections
@@ -26,7 +28,9 @@ COPY = {'_copy_from_iter', '_copy_to_iter', 'rep_movs_alternative', 'copy_user_g
         'memcpy_orig', 'csum_partial_copy_generic'}
 PASS_ON = ('core', 'alloc', 'std', 'hashbrown', 'bytes', 'smallvec', 'tinyvec', 'tracing',
            'slab', 'rand', 'rand_core', 'rand_chacha', 'log', 'indexmap', 'either')
-CRYPTO_PREFIXES = ('ring_core', 'aes_', 'gcm_', 'aesni', 'chacha', 'poly1305')
+CRYPTO_PREFIXES = ('ring_core', 'aes_', 'gcm_', 'aesni', 'chacha', 'poly1305', 'ossl_',
+                   'OSSL_', 'EVP_', 'evp_', 'CRYPTO_', 'skip_iv_len')
+MSQUIC_PREFIXES = ('Quic', 'CxPlat', 'MsQuic')
 
 
 def crate(sym):
@@ -38,6 +42,8 @@ def crate(sym):
 def owner(sym):
     if sym.startswith(CRYPTO_PREFIXES) or 'vaes' in sym or 'clmul' in sym:
         return 'crypto'
+    if sym.startswith(MSQUIC_PREFIXES):
+        return 'msquic'
     c = crate(sym)
     if c is None or c in PASS_ON:
         return None
@@ -78,9 +84,10 @@ def main():
     ap.add_argument('--hz', type=float, required=True, help="perf record's -F")
     ap.add_argument('--bytes', type=float, required=True, help='bytes the download moved')
     ap.add_argument('--top', type=int, default=0, help='also list the top K functions per part')
+    ap.add_argument('--server-pid', type=int, help='the server process, whatever its name')
     args = ap.parse_args()
     all_samples = list(samples(sys.stdin))
-    side_of = {}
+    side_of = {args.server_pid: 'server'} if args.server_pid else {}
     for comm, pid, _ in all_samples:
         if comm.startswith(('neqo-server', 'tcp-tls 1')):
             side_of[pid] = 'server'
