@@ -11,8 +11,8 @@ the crate that called them), then feed `perf script` to this:
 The server is the process whose thread names start with `neqo-server` or `tcp-tls 1` (the
 TCP+TLS server names a thread after its peer), or the one `--server-pid` names (the msquic
 server, whose clients run the same binary: record it alone with `perf record -p PID`); the
-client is `neqo-client` or the other `tcp-tls`. A kernel sample counts as the copy between user memory and socket buffers when its
-leaf is one of COPY, else as the rest of the kernel. A user sample belongs to the first frame,
+client is `neqo-client` or the other `tcp-tls`. A kernel sample counts as the copy between
+user memory and socket buffers when its leaf is one of COPY, else as the rest of the kernel. A user sample belongs to the first frame,
 from the leaf up, of a crate that owns work (quinn-proto, crypto, rustls, ours, tokio) or of
 msquic's C code (`Quic*`, `CxPlat*`; quictls's AEAD as crypto); frames of std, core, alloc,
 bytes and the C library pass the sample on to their caller.
