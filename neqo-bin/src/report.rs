@@ -33,6 +33,7 @@ pub fn driver_counters(c: neqo_driver::DriverCounters) -> DriverCounters {
         path_responses,
         max_path_mtu,
         mtu_black_holes,
+        unconfirmed,
     } = c;
     DriverCounters {
         accepted,
@@ -58,6 +59,7 @@ pub fn driver_counters(c: neqo_driver::DriverCounters) -> DriverCounters {
         path_responses,
         max_path_mtu,
         mtu_black_holes,
+        unconfirmed,
     }
 }
 

@@ -52,6 +52,11 @@ pub struct DriverCounters {
     /// above the minimum MTU that no later delivery explains), each resetting that path's MTU
     /// to 1200 bytes for a minute: on loopback, drops at the receiving socket can look like one.
     pub mtu_black_holes: u64,
+    /// Client connections that ended without their handshake confirmed: no HANDSHAKE_DONE
+    /// came from the server (RFC 9001 section 4.1.2). One whose handshake completed here
+    /// had its last flight lost on the way, or discarded by a server that saw it come from a
+    /// new address before its own handshake was done (RFC 9000 section 9 allows that).
+    pub unconfirmed: u64,
 }
 
 impl DriverCounters {
@@ -81,6 +86,7 @@ impl DriverCounters {
         self.path_responses += other.path_responses;
         self.max_path_mtu = self.max_path_mtu.max(other.max_path_mtu);
         self.mtu_black_holes += other.mtu_black_holes;
+        self.unconfirmed += other.unconfirmed;
     }
 
     /// Adds a connection's path validation frames and its path MTU.

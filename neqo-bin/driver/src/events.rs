@@ -57,6 +57,9 @@ impl Driver {
                     let stats = c.conn.stats();
                     self.counters.lost_packets += stats.path.lost_packets;
                     self.counters.add_paths(&stats);
+                    if c.conn.side().is_client() && stats.frame_rx.handshake_done == 0 {
+                        self.counters.unconfirmed += 1;
+                    }
                 }
                 continue;
             }

@@ -286,6 +286,9 @@ impl Pair {
             self.server.socket_stats().tx.datagrams,
             self.net.wire(SERVER)
         );
+        // The server confirmed the handshake; a server has none of its own to count.
+        assert_eq!(self.client.counters().unconfirmed, 0);
+        assert_eq!(self.server.counters().unconfirmed, 0);
     }
 }
 
@@ -309,6 +312,28 @@ fn a_download_completes_byte_exact_paced_and_unpaced() {
             assert_eq!(counters.paced_waits, 0);
         }
     }
+}
+
+/// A client whose handshake completed but whose last flight never reached the server (here
+/// nothing does any more): no HANDSHAKE_DONE comes, the connection times out, and the client's
+/// driver counts it unconfirmed. The server, which never completed its side, counts nothing.
+#[test]
+fn a_handshake_the_server_never_confirms_is_counted() {
+    let mut pair = Pair::new(
+        false,
+        Duration::from_millis(5),
+        Behaviour::default(),
+        Behaviour::default(),
+    );
+    pair.run_until(|p| p.client_app.connected);
+    // The client's Finished is in flight: lost with everything else to the server.
+    pair.net.set_unreachable(SERVER, true);
+    pair.run_until(|p| p.client_app.drained);
+    assert_eq!(pair.client_app.closed, Some(ConnectionError::TimedOut));
+    assert_eq!(pair.client_app.got, 0);
+    let client = pair.client.counters();
+    assert_eq!((client.drained, client.unconfirmed), (1, 1));
+    assert_eq!(pair.server.counters().unconfirmed, 0);
 }
 
 /// `--ack-every` on the server: the client, told through an ACK_FREQUENCY frame, sends a

@@ -245,6 +245,11 @@ pub struct DriverCounters {
     /// above the minimum MTU that no later delivery explains), each resetting that path's MTU
     /// to 1200 bytes for a minute: on loopback, drops at the receiving socket can look like one.
     pub mtu_black_holes: u64,
+    /// Client connections that ended without their handshake confirmed: no HANDSHAKE_DONE
+    /// came from the server (RFC 9001 section 4.1.2). One whose handshake completed here
+    /// had its last flight lost on the way, or discarded by a server that saw it come from a
+    /// new address before its own handshake was done (RFC 9000 section 9 allows that).
+    pub unconfirmed: u64,
 }
 
 /// Datagrams by ECN codepoint. quinn-proto marks every packet ECT(0) until an ACK arrives
