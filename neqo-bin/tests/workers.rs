@@ -15,7 +15,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use common::{url, with_deadline};
@@ -193,6 +193,9 @@ fn a_download_through_the_dispatcher_stays_on_its_worker_through_nat_rebinding()
 /// (first byte, destination connection ID) of a client datagram's first packet.
 type Seen = (u8, Vec<u8>);
 
+/// The most the [`Observer`] forwards from the server a second (400 Mbit/s).
+const OBSERVER_BYTES_PER_S: f64 = 50e6;
+
 /// Forwards one client's datagrams to the server and back, reading the destination
 /// connection ID of every client datagram as a QUIC-LB load balancer would.
 struct Observer {
@@ -239,12 +242,20 @@ impl Observer {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut buf = vec![0u8; 65536];
+                let (start, mut forwarded) = (Instant::now(), 0u64);
                 while !stop.load(Ordering::Relaxed) {
                     let Ok((n, _)) = back2.recv_from(&mut buf) else {
                         continue;
                     };
                     if let Some(to) = *client.lock().unwrap() {
                         let _ = front2.send_to(&buf[..n], to);
+                    }
+                    // At most OBSERVER_BYTES_PER_S: what the server sends takes at least its
+                    // size over that rate, however fast the machine.
+                    forwarded += n as u64;
+                    let due = Duration::from_secs_f64(forwarded as f64 / OBSERVER_BYTES_PER_S);
+                    if let Some(ahead) = due.checked_sub(start.elapsed()) {
+                        std::thread::sleep(ahead);
                     }
                 }
             })
@@ -276,7 +287,10 @@ fn every_connection_id_carries_the_quic_lb_server_id_also_after_rotation() {
         c.cid_lifetime = Some(Duration::from_millis(100));
     });
     let observer = Observer::start(s.addr(), cid_len);
-    let mut c = client_for(&s, observer.addr, "/16777216");
+    // 64 MiB through the observer's rate take at least 1.3 s: a dozen connection ID
+    // lifetimes, on any machine (alone on a fast one, 128 MiB unlimited took 0.35 s, and the
+    // client had followed one rotation).
+    let mut c = client_for(&s, observer.addr, "/8388608");
     c.requests = 8;
     let result = with_deadline(
         "downloads through the observer",
@@ -286,7 +300,7 @@ fn every_connection_id_carries_the_quic_lb_server_id_also_after_rotation() {
     let seen = observer.stop();
     s.stop().unwrap();
     let r = result.expect("the downloads complete");
-    assert_eq!(r.bytes_received, 8 << 24);
+    assert_eq!(r.bytes_received, 8 << 23);
     // The client's first Initial goes to a DCID of its own choosing (and so do its 0-RTT
     // packets and repeated Initials until the server answers); every other DCID is one the
     // server issued.
