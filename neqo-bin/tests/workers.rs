@@ -15,7 +15,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use common::{url, with_deadline};
@@ -193,9 +193,6 @@ fn a_download_through_the_dispatcher_stays_on_its_worker_through_nat_rebinding()
 /// (first byte, destination connection ID) of a client datagram's first packet.
 type Seen = (u8, Vec<u8>);
 
-/// The most the [`Observer`] forwards from the server a second (400 Mbit/s).
-const OBSERVER_BYTES_PER_S: f64 = 50e6;
-
 /// Forwards one client's datagrams to the server and back, reading the destination
 /// connection ID of every client datagram as a QUIC-LB load balancer would.
 struct Observer {
@@ -242,20 +239,12 @@ impl Observer {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut buf = vec![0u8; 65536];
-                let (start, mut forwarded) = (Instant::now(), 0u64);
                 while !stop.load(Ordering::Relaxed) {
                     let Ok((n, _)) = back2.recv_from(&mut buf) else {
                         continue;
                     };
                     if let Some(to) = *client.lock().unwrap() {
                         let _ = front2.send_to(&buf[..n], to);
-                    }
-                    // At most OBSERVER_BYTES_PER_S: what the server sends takes at least its
-                    // size over that rate, however fast the machine.
-                    forwarded += n as u64;
-                    let due = Duration::from_secs_f64(forwarded as f64 / OBSERVER_BYTES_PER_S);
-                    if let Some(ahead) = due.checked_sub(start.elapsed()) {
-                        std::thread::sleep(ahead);
                     }
                 }
             })
@@ -286,10 +275,20 @@ fn every_connection_id_carries_the_quic_lb_server_id_also_after_rotation() {
         c.server_id = Some(id.clone());
         c.cid_lifetime = Some(Duration::from_millis(100));
     });
-    let observer = Observer::start(s.addr(), cid_len);
-    // 64 MiB through the observer's rate take at least 1.3 s: a dozen connection ID
-    // lifetimes, on any machine (alone on a fast one, 128 MiB unlimited took 0.35 s, and the
-    // client had followed one rotation).
+    // A 400 Mbit/s bottleneck between the observer and the server: 64 MiB take at least
+    // 1.3 s through it, a dozen connection ID lifetimes, on any machine (alone on a fast one,
+    // 128 MiB without it took 0.35 s, and the client had followed one rotation).
+    let bottleneck = Relay::start(RelayConfig::symmetric(
+        "127.0.0.1:0".parse().unwrap(),
+        s.addr(),
+        Impairment {
+            rate_mbit: Some(400.0),
+            ..Impairment::default()
+        },
+        1,
+    ))
+    .expect("relay starts");
+    let observer = Observer::start(bottleneck.local_addr(), cid_len);
     let mut c = client_for(&s, observer.addr, "/8388608");
     c.requests = 8;
     let result = with_deadline(
@@ -298,6 +297,7 @@ fn every_connection_id_carries_the_quic_lb_server_id_also_after_rotation() {
         move || client::run(c),
     );
     let seen = observer.stop();
+    bottleneck.stop().expect("relay stops");
     s.stop().unwrap();
     let r = result.expect("the downloads complete");
     assert_eq!(r.bytes_received, 8 << 23);
