@@ -107,6 +107,7 @@ pub fn server_report(r: neqo_server_core::ServerReport) -> ServerReport {
     let neqo_server_core::ServerReport {
         requests,
         refused_requests,
+        cut_at_shutdown,
         bytes_sent,
         bytes_received,
         rx_datagrams_per_syscall,
@@ -130,6 +131,7 @@ pub fn server_report(r: neqo_server_core::ServerReport) -> ServerReport {
     ServerReport {
         requests,
         refused_requests,
+        cut_at_shutdown,
         bytes_sent,
         bytes_received,
         rx_datagrams_per_syscall,

@@ -72,9 +72,21 @@ pub trait Application {
     }
 
     /// After [`shutdown`](Self::shutdown) returned `true`: whether the work it let finish is
-    /// done (checked after every turn).
+    /// done (checked after every turn). After [`cut`](Self::cut) returned `true`: whether the
+    /// peers have what it sent them (its resets acknowledged).
     fn settled(&self) -> bool {
         true
+    }
+
+    /// A shutdown is about to close every connection with work still under way: the drain
+    /// period is over, or there is none. The application ends that work where its protocol
+    /// can say so, so that a peer reads it as cut and never as "not processed" (a stream
+    /// reset), and counts and logs each piece. It returns whether it sent anything the
+    /// peers should get first: then the driver waits for [`settled`](Self::settled), for
+    /// at most a short grace, before it closes (quinn-proto sends nothing but the close
+    /// once a connection is closed, so a reset queued with it would be lost).
+    fn cut(&mut self, _driver: &mut Driver, _now: Instant) -> bool {
+        false
     }
 
     /// The application error code and reason a shutdown closes connection `ch` with.

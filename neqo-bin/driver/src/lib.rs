@@ -95,6 +95,10 @@ use scheduler::Scheduler;
 /// gives up on them.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
+/// How long a shutdown waits for the peers to acknowledge the resets of what it cut before it
+/// closes the connections anyway: many round trips on any path a server serves.
+const CUT_GRACE: Duration = Duration::from_millis(500);
+
 /// How a [`Driver`] paces and shuts down. The default paces on the precise timer and closes
 /// every connection at once on shutdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,9 +185,12 @@ pub struct Driver {
     /// How long a shutdown lets the application finish what is under way
     /// ([`DriverConfig::drain`]).
     drain: Duration,
-    /// Set by a shutdown the application drains first: when the driver closes everything
-    /// anyway.
+    /// Set by a shutdown the application drains first: when the driver cuts what is still
+    /// under way.
     draining: Option<Instant>,
+    /// Set once the application has cut what was under way ([`Application::cut`]) and has
+    /// resets to deliver: when the driver closes everything anyway.
+    cutting: Option<Instant>,
 }
 
 fn sockets_as_datapaths(sockets: Vec<Socket>) -> Vec<Box<dyn Datapath>> {
@@ -282,18 +289,20 @@ impl Driver {
             closing: None,
             drain: config.drain,
             draining: None,
+            cutting: None,
         }
     }
 
-    /// Whether new connections are refused: the driver is draining or closing.
+    /// Whether new connections are refused: the driver is draining, cutting or closing.
     pub(crate) const fn shutting_down(&self) -> bool {
-        self.closing.is_some() || self.draining.is_some()
+        self.closing.is_some() || self.draining.is_some() || self.cutting.is_some()
     }
 
     /// Starts a shutdown: with a drain period and an application with work worth finishing
     /// ([`Application::shutdown`]), new connections are refused and the open ones served
     /// until the application is [settled](Application::settled) or the period ends; then,
-    /// or at once, [`close_all`](Self::close_all).
+    /// or at once, what is still under way is [cut](Application::cut) and every connection
+    /// closed ([`close_all`](Self::close_all)).
     ///
     /// # Errors
     /// A socket error other than `WouldBlock`.
@@ -305,20 +314,37 @@ impl Driver {
             self.draining = Some(now + self.drain);
             return Ok(());
         }
+        self.cut_or_close(app, now)
+    }
+
+    /// Cuts what the application has under way; closes every connection at once unless the
+    /// cut has resets to deliver first (then [`end_drain`](Self::end_drain) closes).
+    fn cut_or_close<A: Application>(&mut self, app: &mut A, now: Instant) -> io::Result<()> {
+        if app.cut(self, now) {
+            self.cutting = Some(now + CUT_GRACE);
+            self.process(app, now);
+            return self.transmit(now);
+        }
         self.close_all(app, now)
     }
 
-    /// While draining: closes every connection once the application is settled or the
-    /// drain period is over.
+    /// While draining: cuts what is under way once the drain period is over; closes every
+    /// connection once the application is settled (or the cut's grace is over).
     fn end_drain<A: Application>(&mut self, app: &mut A, now: Instant) -> io::Result<()> {
-        if self.closing.is_none()
-            && let Some(by) = self.draining
-            && (now >= by || app.settled())
-        {
-            if now >= by {
-                tracing::warn!("shutdown: the drain period ended with work under way");
+        if self.closing.is_some() {
+            return Ok(());
+        }
+        if let Some(by) = self.cutting {
+            if now >= by || app.settled() {
+                self.close_all(app, now)?;
             }
-            self.close_all(app, now)?;
+        } else if let Some(by) = self.draining {
+            if app.settled() {
+                self.close_all(app, now)?;
+            } else if now >= by {
+                tracing::warn!("shutdown: the drain period ended with work under way: cut");
+                self.cut_or_close(app, now)?;
+            }
         }
         Ok(())
     }
@@ -471,6 +497,7 @@ impl Driver {
         };
         let deadline = self
             .closing
+            .or(self.cutting)
             .or(self.draining)
             .map_or(deadline, |by| Some(deadline.map_or(by, |d| d.min(by))));
         Ok(Turn { deadline, done })

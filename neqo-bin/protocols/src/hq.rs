@@ -33,12 +33,23 @@ pub const REFUSED: u64 = 0x10;
 /// range), and for a `perf` request shorter than its header.
 pub const BAD_REQUEST: u64 = 0x11;
 
+/// Stream error code for a request that arrived once the server had begun to shut down:
+/// refused unread, so the client may make it again elsewhere (hq-interop has no GOAWAY to
+/// say so beforehand).
+pub const SHUTTING_DOWN: u64 = 0x12;
+
+/// Stream error code for a response the server cut when its shutdown's drain period ended:
+/// the request may have been processed, so it is not to be made again as if it had not.
+pub const CUT: u64 = 0x13;
+
 /// A name for the stream error codes above.
 #[must_use]
 pub const fn code_name(code: u64) -> Option<&'static str> {
     match code {
         REFUSED => Some("refused"),
         BAD_REQUEST => Some("bad request"),
+        SHUTTING_DOWN => Some("refused unprocessed: the server is shutting down"),
+        CUT => Some("cut: the server shut down before the response was whole"),
         _ => None,
     }
 }

@@ -34,10 +34,14 @@ pub struct WorkerSummary {
 /// What a server did.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ServerReport {
-    /// Requests answered completely.
+    /// Requests answered completely (the response handed to the transport whole).
     pub requests: u64,
     /// Requests refused or reset (malformed, bad path, escape, unknown or unreadable file).
     pub refused_requests: u64,
+    /// Requests under way when the shutdown's drain period ended: cut, their streams reset
+    /// where the protocol allows, so that no client takes one for unprocessed.
+    #[serde(default)]
+    pub cut_at_shutdown: u64,
     /// Response bytes written.
     pub bytes_sent: u64,
     /// Request bytes read (perf uploads included).
@@ -143,8 +147,8 @@ pub struct DispatchReport {
 /// totals: `requests`, `refused_requests`, `bytes_sent`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Http3Counters {
-    /// Successful responses (200) handed to the transport whole (a connection closed before
-    /// the client acknowledged them may still cut one short).
+    /// Successful responses (200) handed to the transport whole (the access log says whether
+    /// the client acknowledged them).
     pub responses: u64,
     /// Body bytes sent.
     pub body_bytes: u64,

@@ -32,7 +32,8 @@ pub enum AccessLogFormat {
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// The whole response was sent (an error status included).
+    /// The whole response was sent and the client acknowledged it (an error status
+    /// included).
     Answered,
     /// The server reset the response stream with this code (refused, malformed, a file that
     /// could not be read).
@@ -44,8 +45,12 @@ pub enum Outcome {
     ConnectionLost,
     /// The response stream was closed under it (the client stopped it).
     Closed,
-    /// Past the GOAWAY: refused unread, for the client to retry elsewhere.
+    /// Past the GOAWAY (or, for protocols without one, after the shutdown began): refused
+    /// unread, for the client to retry elsewhere.
     Rejected,
+    /// Under way when the shutdown's drain period ended: cut (its stream reset where the
+    /// protocol allows), never to be retried as unprocessed.
+    Shutdown,
 }
 
 /// One request, as logged.
@@ -292,6 +297,7 @@ fn line(buf: &mut String, r: &Record, format: AccessLogFormat) {
                 Outcome::ConnectionLost => ("connection_lost", None),
                 Outcome::Closed => ("closed", None),
                 Outcome::Rejected => ("rejected", None),
+                Outcome::Shutdown => ("shutdown", None),
             };
             let v = serde_json::json!({
                 "time": time,
@@ -318,6 +324,7 @@ fn outcome_text(o: Outcome) -> String {
         Outcome::ConnectionLost => "connection-lost".to_owned(),
         Outcome::Closed => "closed".to_owned(),
         Outcome::Rejected => "rejected".to_owned(),
+        Outcome::Shutdown => "shutdown".to_owned(),
     }
 }
 

@@ -41,6 +41,10 @@ pub(super) struct ServerApp {
     /// Connections of your raw-QUIC applications.
     sessions: Sessions,
     pub(super) report: ServerReport,
+    /// Once the shutdown has begun ([`Application::shutdown`], or a cut without a drain).
+    shut: bool,
+    /// Once the shutdown has cut what was under way ([`Application::cut`]).
+    cutting: bool,
     next_stats: Instant,
     started: Instant,
     /// With a metrics endpoint: where to publish the report, and when next.
@@ -76,6 +80,8 @@ impl ServerApp {
             services: Services::new(shared.config.access_log.clone()),
             sessions: Sessions::default(),
             report: ServerReport::default(),
+            shut: false,
+            cutting: false,
             next_stats: now,
             started: now,
             board: shared.board.clone().map(|b| (b, now)),
@@ -270,6 +276,7 @@ impl Application for ServerApp {
                 });
             }
         }
+        self.requests.poll_resets(driver);
         self.http3.poll(driver, now);
         self.http3.report(&mut self.report);
         self.services.poll(driver, now);
@@ -322,16 +329,46 @@ impl Application for ServerApp {
 
     /// HTTP/3 connections (the built-in server's and your services') send GOAWAY and finish
     /// the requests they accepted; raw-QUIC sessions do what their protocol can; `hq-interop`
-    /// and `perf` have no way to say the server is going, and are closed with the rest.
+    /// and `perf`, which have no way to say the server is going, finish the requests under
+    /// way and refuse new ones unread.
     fn shutdown(&mut self, driver: &mut Driver, now: Instant) -> bool {
+        self.shut = true;
         let http3 = self.http3.shut_down(driver, now);
         let services = self.services.shut_down();
         let sessions = self.sessions.shut_down(driver, now);
-        http3 || services || sessions
+        let hq = self.requests.shut_down();
+        http3 || services || sessions || hq
     }
 
     fn settled(&self) -> bool {
-        self.http3.settled() && self.services.settled() && self.sessions.settled()
+        let hq = self.requests.settled();
+        if self.cutting {
+            // What was cut has been told, and what was sent before is acknowledged.
+            return hq && self.http3.idle();
+        }
+        hq && self.http3.settled() && self.services.settled() && self.sessions.settled()
+    }
+
+    /// Resets the built-in's requests under way (`hq-interop`, `perf`, HTTP/3) so that
+    /// their clients know them cut; your services' requests end with their connections.
+    /// Each is counted ([`ServerReport::cut_at_shutdown`]) and logged.
+    fn cut(&mut self, driver: &mut Driver, now: Instant) -> bool {
+        // Without a drain period the requests that come while the cuts go out are refused
+        // as after any shutdown (HTTP/3's GOAWAY).
+        if !self.shut {
+            self.shutdown(driver, now);
+        }
+        self.cutting = true;
+        let cut = self.http3.cut(driver) + self.requests.cut(driver) + self.services.cut();
+        self.http3.report(&mut self.report);
+        self.report.cut_at_shutdown += cut as u64;
+        if cut > 0 {
+            tracing::warn!(
+                "shutdown: worker {} cut {cut} requests under way",
+                self.worker
+            );
+        }
+        !self.settled()
     }
 
     fn close_reason(&self, ch: ConnectionHandle) -> (VarInt, &'static [u8]) {

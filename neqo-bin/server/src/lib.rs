@@ -52,6 +52,7 @@
 // metrics: the Prometheus endpoint and its reference.
 // prefixes: the address prefixes fair shares are counted by.
 // requests: each connection's requests, read and answered.
+// resets: the stream resets a shutdown sent, until the clients acknowledge them.
 // served_thread: the thread each worker (and the dispatcher) runs on.
 // steering: how datagrams reach the workers, and the listen sockets bound for it.
 // worker: the workers, each a driver with its own sockets, and the running set of them.
@@ -76,6 +77,7 @@ mod policy_tests;
 mod prefixes;
 mod report;
 mod requests;
+mod resets;
 mod served_thread;
 mod steering;
 mod worker;
@@ -145,9 +147,9 @@ pub struct ServerConfig {
     pub transport: TransportOptions,
     /// Socket configuration.
     pub socket: neqo_udp::Config,
-    /// How the workers' drivers pace, and how long a shutdown lets HTTP/3 connections finish
-    /// the requests they accepted after their GOAWAY (by default
-    /// [`DRAIN_TIMEOUT`]); a zero drain closes every connection at once.
+    /// How the workers' drivers pace, and how long a shutdown lets the requests under way
+    /// finish while new ones are refused (HTTP/3 after its GOAWAY; by default
+    /// [`DRAIN_TIMEOUT`]); what is left then is cut. A zero drain cuts at once.
     pub driver: DriverConfig,
     /// Print stats to stderr this often.
     pub stats_interval: Option<Duration>,
@@ -170,9 +172,10 @@ pub struct ServerConfig {
     pub secrets: tls::Secrets,
 }
 
-/// The default drain period of [`ServerConfig::driver`]: room for a response under way, short enough
-/// that a stop is not felt as a hang.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default drain period of [`ServerConfig::driver`]: room for the downloads under way to
+/// finish, well within the 90 s a service manager waits by default (systemd's
+/// `TimeoutStopSec`) before it kills the process.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest drain a front end should take, in seconds.
 pub const MAX_DRAIN_TIMEOUT: f64 = 600.0;

@@ -31,10 +31,14 @@ pub struct WorkerSummary {
 /// What a server did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ServerReport {
-    /// Requests answered completely.
+    /// Requests answered completely (the response handed to the transport whole).
     pub requests: u64,
     /// Requests refused or reset (malformed, bad path, escape, unknown or unreadable file).
     pub refused_requests: u64,
+    /// Requests whose response was not acknowledged when the shutdown's drain period ended
+    /// (some perhaps handed to the transport whole, and so in `requests` too): cut, their
+    /// streams reset where the protocol allows, so that no client takes one for unprocessed.
+    pub cut_at_shutdown: u64,
     /// Response bytes written.
     pub bytes_sent: u64,
     /// Request bytes read (perf uploads included).
@@ -120,7 +124,7 @@ impl ServerReport {
             ));
         }
         format!(
-            "receive windows {} of {} B (refused {}, source share {}), connections accepted {} refused {} (half-open limit {}) retries {} stateless replies dropped {} Initials shed {} half-open {} (peak {}, timed out {}, evicted {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}{}\n{}{workers}",
+            "receive windows {} of {} B (refused {}, source share {}), connections accepted {} refused {} (half-open limit {}) retries {} stateless replies dropped {} Initials shed {} half-open {} (peak {}, timed out {}, evicted {}) open-at-exit {}, requests {} refused {}, sent {} B, received {} B, lost packets {}{}{}\n{}{workers}",
             self.receive_windows,
             self.receive_budget,
             self.refused_budget,
@@ -141,9 +145,18 @@ impl ServerReport {
             self.bytes_sent,
             self.bytes_received,
             self.lost_packets,
+            self.cut_summary(),
             self.http3_summary(),
             self.socket
         )
+    }
+
+    /// `, cut at shutdown N` when the shutdown's drain period ended with requests under way.
+    fn cut_summary(&self) -> String {
+        if self.cut_at_shutdown == 0 {
+            return String::new();
+        }
+        format!(", cut at shutdown {}", self.cut_at_shutdown)
     }
 
     /// `, HTTP/3 ...` when HTTP/3 requests came: their share of the requests, by outcome.
@@ -171,6 +184,7 @@ impl ServerReport {
         for w in &workers {
             all.requests += w.requests;
             all.refused_requests += w.refused_requests;
+            all.cut_at_shutdown += w.cut_at_shutdown;
             all.bytes_sent += w.bytes_sent;
             all.bytes_received += w.bytes_received;
             all.lost_packets += w.lost_packets;

@@ -11,7 +11,7 @@ use std::{
 };
 
 use bytes::BytesMut;
-use neqo_driver::{IdMap, Jobs, tls};
+use neqo_driver::{Driver, IdMap, Jobs, tls};
 use neqo_protocols::{
     ALPN_PERF,
     body::{self, Pumped, ReadEnd, Source, StreamClosed},
@@ -24,6 +24,7 @@ use super::{BAD_REQUEST, REFUSED, ServerReport};
 use crate::{
     access_log::{AccessLog, Outcome, Record},
     disk::{self, FileChunk, Root},
+    resets::Resets,
 };
 
 mod files;
@@ -62,7 +63,11 @@ struct FileState {
 
 #[derive(Debug)]
 struct ConnState {
+    /// Requests whose response is not yet all written.
     streams: IdMap<StreamId, StreamState>,
+    /// Responses all written (and counted) but not yet acknowledged: logged as answered when
+    /// they are, and waited for by a shutdown.
+    unacked: IdMap<StreamId, StreamState>,
     /// The client's address when last seen, and the connection's ALPN, for the access log.
     peer: SocketAddr,
     alpn: &'static str,
@@ -110,6 +115,10 @@ pub(super) struct Requests {
     conns: IdMap<ConnectionHandle, ConnState>,
     files: Jobs<FileDone>,
     next_token: u64,
+    /// The server is shutting down: new requests are refused unread.
+    shutting_down: bool,
+    /// The resets the shutdown sent (refusals, cuts), until acknowledged.
+    resets: Resets,
 }
 
 impl Requests {
@@ -123,6 +132,8 @@ impl Requests {
             conns: IdMap::default(),
             files: Jobs::default(),
             next_token: 0,
+            shutting_down: false,
+            resets: Resets::default(),
         }
     }
 
@@ -130,6 +141,7 @@ impl Requests {
     pub(super) fn accepted(&mut self, ch: ConnectionHandle, conn: &Connection) {
         let state = ConnState {
             streams: IdMap::default(),
+            unacked: IdMap::default(),
             peer: conn.remote_address(),
             // Known once the handshake is: set when streams open.
             alpn: neqo_protocols::ALPN_HQ,
@@ -142,10 +154,56 @@ impl Requests {
         self.conns.contains_key(&ch)
     }
 
+    /// The server shuts down: requests opened from now on are refused unread (hq-interop and
+    /// perf have no GOAWAY to tell the client first). Returns whether there are responses
+    /// under way to let finish.
+    pub(super) fn shut_down(&mut self) -> bool {
+        self.shutting_down = true;
+        !self.settled()
+    }
+
+    /// Whether every response is written and acknowledged, and every reset too.
+    pub(super) fn settled(&self) -> bool {
+        self.resets.is_empty()
+            && self
+                .conns
+                .values()
+                .all(|c| c.streams.is_empty() && c.unacked.is_empty())
+    }
+
+    /// Forgets the resets acknowledged.
+    pub(super) fn poll_resets(&mut self, driver: &mut Driver) {
+        self.resets.poll(driver);
+    }
+
+    /// The shutdown's drain period is over: every response not yet acknowledged is reset
+    /// with [`hq::CUT`] (the client learns it was cut, not refused unprocessed), and logged;
+    /// returns how many.
+    pub(super) fn cut(&mut self, driver: &mut Driver) -> usize {
+        let mut n = 0;
+        for (&ch, cs) in &mut self.conns {
+            // Responses all written but not acknowledged too: quinn-proto would hold the
+            // connection's close behind their data in a full congestion window.
+            let under_way: Vec<(StreamId, StreamState)> =
+                cs.streams.drain().chain(cs.unacked.drain()).collect();
+            driver.update(ch, |conn| {
+                for (id, _) in &under_way {
+                    body::cancel(conn, *id, varint(hq::CUT));
+                }
+            });
+            n += under_way.len();
+            for (id, st) in under_way {
+                cs.log(self.log.as_ref(), &st, Outcome::Shutdown);
+                self.resets.sent(ch, id);
+            }
+        }
+        n
+    }
+
     /// `ch` is lost or drained: its requests go with it (unanswered, as the log says).
     pub(super) fn gone(&mut self, ch: ConnectionHandle) {
         if let Some(cs) = self.conns.remove(&ch) {
-            for st in cs.streams.values() {
+            for st in cs.streams.values().chain(cs.unacked.values()) {
                 cs.log(self.log.as_ref(), st, Outcome::ConnectionLost);
             }
         }
@@ -176,6 +234,20 @@ impl Requests {
                 let _ = conn.recv_stream(id).stop(0u32.into());
                 continue;
             }
+            if self.shutting_down {
+                report.refused_requests += 1;
+                body::cancel(conn, id, varint(hq::SHUTTING_DOWN));
+                let unread = StreamState {
+                    token: 0,
+                    request: Request::Hq(BytesMut::new()),
+                    source: None,
+                    file: None,
+                    started: Instant::now(),
+                    path: None,
+                };
+                state.log(self.log.as_ref(), &unread, Outcome::Rejected);
+                continue;
+            }
             let request = if perf {
                 Request::Perf(perf::RequestReader::default())
             } else {
@@ -200,10 +272,12 @@ impl Requests {
         }
     }
 
-    /// The response on `id` is all acknowledged.
+    /// The response on `id` is all acknowledged: logged as answered.
     pub(super) fn finished(&mut self, ch: ConnectionHandle, id: StreamId) {
-        if let Some(state) = self.conns.get_mut(&ch) {
-            state.streams.remove(&id);
+        if let Some(cs) = self.conns.get_mut(&ch)
+            && let Some(st) = cs.unacked.remove(&id)
+        {
+            cs.log(self.log.as_ref(), &st, Outcome::Answered);
         }
     }
 
@@ -216,14 +290,15 @@ impl Requests {
         id: StreamId,
         error_code: VarInt,
     ) {
-        if let Some(cs) = self.conns.get_mut(&ch)
-            && let Some(st) = cs.streams.remove(&id)
-        {
-            cs.log(
-                self.log.as_ref(),
-                &st,
-                Outcome::Cancelled(error_code.into_inner()),
-            );
+        if let Some(cs) = self.conns.get_mut(&ch) {
+            let st = cs.streams.remove(&id).or_else(|| cs.unacked.remove(&id));
+            if let Some(st) = st {
+                cs.log(
+                    self.log.as_ref(),
+                    &st,
+                    Outcome::Cancelled(error_code.into_inner()),
+                );
+            }
         }
         body::cancel(conn, id, error_code);
     }
@@ -415,8 +490,11 @@ impl Requests {
             Ok(Pumped::Starved) => self.read_file(ch, id),
             Ok(Pumped::Finished) => {
                 report.requests += 1;
+                // Logged once acknowledged ([`finished`](Self::finished)), cut or lost with
+                // its connection: the log says how it ended for the client, as far as the
+                // server can know.
                 if let Some(st) = cs.streams.remove(&id) {
-                    cs.log(self.log.as_ref(), &st, Outcome::Answered);
+                    cs.unacked.insert(id, st);
                 }
             }
             Err(StreamClosed) => {
@@ -426,4 +504,8 @@ impl Requests {
             }
         }
     }
+}
+
+fn varint(code: u64) -> VarInt {
+    VarInt::from_u64(code).unwrap_or(VarInt::MAX)
 }

@@ -55,6 +55,9 @@ pub(super) struct Conn {
     accepting: RefCell<Option<Waker>>,
     /// Requests accepted and not yet ended.
     pub(super) open: Cell<usize>,
+    /// The shutdown's drain period ended with requests under way: they end with the
+    /// connection, cut, and are logged so.
+    pub(super) cut: Cell<bool>,
     pub(super) peer: SocketAddr,
     pub(super) alpn: Cow<'static, str>,
 }
@@ -119,6 +122,7 @@ impl Services {
             goaway_sent: Cell::new(false),
             accepting: RefCell::default(),
             open: Cell::new(0),
+            cut: Cell::new(false),
             peer: conn.remote_address(),
             alpn: Cow::Owned(alpn.to_owned()),
         });
@@ -186,6 +190,20 @@ impl Services {
             engine.ended()
                 || (state.goaway_sent.get() && state.open.get() == 0 && engine.unacked() == 0)
         })
+    }
+
+    /// The shutdown's drain period is over: the requests under way end with their
+    /// connections' closes (the `h3` crate's streams are not ours to reset), counted and
+    /// logged as cut. Returns how many.
+    pub(crate) fn cut(&mut self) -> usize {
+        let mut n = 0;
+        for (_, engine, state) in self.conns.iter() {
+            if !engine.ended() {
+                state.cut.set(true);
+                n += state.open.get();
+            }
+        }
+        n
     }
 
     /// Requests under way and tasks running over all its connections, for tests of what is

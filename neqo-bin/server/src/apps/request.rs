@@ -74,6 +74,9 @@ impl Ledger {
 impl Drop for Ledger {
     fn drop(&mut self) {
         self.conn.open.set(self.conn.open.get() - 1);
+        if self.conn.cut.get() && !self.answered && self.outcome == Outcome::ConnectionLost {
+            self.outcome = Outcome::Shutdown;
+        }
         {
             let mut c = self.shared.counters.borrow_mut();
             c.body_bytes += self.sent;

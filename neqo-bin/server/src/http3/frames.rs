@@ -30,6 +30,7 @@ pub(super) mod code {
     pub(in crate::http3) const SETTINGS_ERROR: u64 = 0x109;
     pub(in crate::http3) const MISSING_SETTINGS: u64 = 0x10a;
     pub(in crate::http3) const REQUEST_REJECTED: u64 = 0x10b;
+    pub(in crate::http3) const REQUEST_CANCELLED: u64 = 0x10c;
     pub(in crate::http3) const REQUEST_INCOMPLETE: u64 = 0x10d;
     pub(in crate::http3) const MESSAGE_ERROR: u64 = 0x10e;
     pub(in crate::http3) const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;

@@ -38,7 +38,7 @@ use session::{Session, Shared};
 use neqo_driver::{Driver, IdMap, Jobs};
 use neqo_protocols::hq;
 
-use crate::{access_log::AccessLog, disk::Root};
+use crate::{access_log::AccessLog, disk::Root, resets::Resets};
 
 /// The largest request header section taken (`SETTINGS_MAX_FIELD_SECTION_SIZE`, RFC 9114
 /// section 4.2.2): the same bound as an `hq-interop` request line.
@@ -51,8 +51,8 @@ pub const NO_ERROR: u64 = frames::code::NO_ERROR;
 /// totals: `requests`, `refused_requests`, `bytes_sent`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Http3Counters {
-    /// Successful responses (200) handed to the transport whole (a connection closed before
-    /// the client acknowledged them may still cut one short).
+    /// Successful responses (200) handed to the transport whole (the access log says whether
+    /// the client acknowledged them).
     pub responses: u64,
     /// Body bytes sent.
     pub body_bytes: u64,
@@ -121,6 +121,8 @@ pub(super) struct Http3 {
     counters: Http3Counters,
     next_token: u64,
     shutting_down: bool,
+    /// The resets the shutdown sent (refusals, cuts), until acknowledged.
+    resets: Resets,
 }
 
 impl Http3 {
@@ -137,6 +139,7 @@ impl Http3 {
             counters: Http3Counters::default(),
             next_token: 0,
             shutting_down: false,
+            resets: Resets::default(),
         }
     }
 
@@ -153,7 +156,28 @@ impl Http3 {
     /// After [`shut_down`](Self::shut_down): every connection has announced it and its
     /// requests' responses are acknowledged.
     pub(super) fn settled(&self) -> bool {
-        self.shutting_down && self.sessions.values().all(Session::settled)
+        self.shutting_down && self.resets.is_empty() && self.sessions.values().all(Session::settled)
+    }
+
+    /// Whether its connections keep no request (each response acknowledged or cut) and
+    /// their resets are acknowledged.
+    pub(super) fn idle(&self) -> bool {
+        self.resets.is_empty() && self.sessions.values().all(Session::idle)
+    }
+
+    /// The shutdown's drain period is over: each connection resets the requests it has
+    /// under way ([`Session::cut`]). Returns how many.
+    pub(super) fn cut(&mut self, driver: &mut Driver) -> usize {
+        let chs: Vec<ConnectionHandle> = self.sessions.keys().copied().collect();
+        let mut n = 0;
+        for ch in chs {
+            if let Some((session, mut shared)) = self.session(ch) {
+                n += driver
+                    .update(ch, |conn| session.cut(conn, &mut shared))
+                    .unwrap_or(0);
+            }
+        }
+        n
     }
 
     /// The most bytes one of its connections held at once.
@@ -231,6 +255,7 @@ impl Http3 {
             files: &self.files,
             counters: &mut self.counters,
             next_token: &mut self.next_token,
+            resets: &mut self.resets,
         };
         Some((session, shared))
     }
@@ -242,8 +267,9 @@ impl Http3 {
         }
     }
 
-    /// Hands finished file jobs to their requests.
+    /// Hands finished file jobs to their requests; forgets the resets acknowledged.
     pub(super) fn poll(&mut self, driver: &mut Driver, now: Instant) {
+        self.resets.poll(driver);
         while let Some(done) = self.files.take() {
             let ch = done.ch;
             if let Some((session, mut shared)) = self.session(ch) {

@@ -178,16 +178,17 @@ pub(super) enum Response {
         source: Source,
         /// The HEADERS and DATA frame headers, written first.
         framing: u64,
-        /// A 200, counted in `responses` once whole (error statuses are counted at their
-        /// start).
+        /// A 200, counted in `responses` once handed to the stream whole (error statuses
+        /// are counted at their start).
         ok: bool,
         /// The file the body is read from, while a read is not in flight.
         file: Option<File>,
         /// Its bytes not yet read.
         remaining: u64,
     },
-    /// All handed to the stream: waiting for the client's acknowledgment.
-    Sent,
+    /// All handed to the stream (counted then): waiting for the client's acknowledgment, when
+    /// it is logged as answered with its body's `bytes`.
+    Sent { bytes: u64 },
 }
 
 /// Where a 200's body comes from.

@@ -30,6 +30,7 @@ use super::{
 use crate::{
     access_log::{AccessLog, Outcome, Record},
     disk::Root,
+    resets::Resets,
 };
 
 mod responses;
@@ -43,6 +44,8 @@ pub(super) struct Shared<'a> {
     pub(super) files: &'a Jobs<FileDone>,
     pub(super) counters: &'a mut Http3Counters,
     pub(super) next_token: &'a mut u64,
+    /// The resets a shutdown sent, until acknowledged.
+    pub(super) resets: &'a mut Resets,
 }
 
 impl Shared<'_> {
@@ -136,13 +139,43 @@ impl Session {
         self.settle(conn, r, None, now);
     }
 
+    /// Whether it keeps no request (closed, or each response acknowledged or cut).
+    pub(super) fn idle(&self) -> bool {
+        self.closed || self.requests.is_empty()
+    }
+
+    /// The shutdown's drain period is over: every request whose response is not
+    /// acknowledged is reset with `H3_REQUEST_CANCELLED`, which tells the client it may have been
+    /// processed (RFC 9114 section 4.1.1; never `H3_REQUEST_REJECTED`, "safe to retry"),
+    /// and counted and logged. Returns how many.
+    pub(super) fn cut(&mut self, conn: &mut Connection, shared: &mut Shared<'_>) -> usize {
+        if self.closed {
+            return 0;
+        }
+        // Responses all written but not yet acknowledged too: quinn-proto would hold the
+        // connection's close behind their data in a full congestion window.
+        let under_way: Vec<StreamId> = self.requests.keys().copied().collect();
+        let n = under_way.len();
+        for id in under_way {
+            if let Some(req) = self.requests.remove(&id) {
+                if !matches!(req.response, Response::Sent { .. }) {
+                    shared.counters.cancelled += 1;
+                }
+                self.log(shared.log, &req, Outcome::Shutdown);
+            }
+            body::cancel(conn, id, varint(code::REQUEST_CANCELLED));
+            shared.resets.sent(shared.ch, id);
+        }
+        n
+    }
+
     /// The connection is gone: what it had under way was cancelled.
     pub(super) fn gone(&mut self, counters: &mut Http3Counters, log: Option<&AccessLog>) {
         for req in self.requests.values() {
-            if !matches!(req.response, Response::Sent) {
+            if !matches!(req.response, Response::Sent { .. }) {
                 counters.cancelled += 1;
-                self.log(log, req, Outcome::ConnectionLost);
             }
+            self.log(log, req, Outcome::ConnectionLost);
         }
         self.requests.clear();
     }
@@ -161,6 +194,7 @@ impl Session {
             Response::Sending {
                 source, framing, ..
             } => source.written.saturating_sub(*framing),
+            Response::Sent { bytes, .. } => *bytes,
             _ => 0,
         };
         log.log(Record {
@@ -200,7 +234,7 @@ impl Session {
             StreamEvent::Writable { id } => (self.pump(conn, id, shared), Some(id)),
             StreamEvent::Available { dir: Dir::Uni } => (self.control.flush(conn), None),
             StreamEvent::Finished { id } => {
-                self.acknowledged(conn, id);
+                self.acknowledged(conn, id, shared);
                 (Ok(()), None)
             }
             StreamEvent::Stopped { id, .. } if self.control.is(id) => (
@@ -342,10 +376,10 @@ impl Session {
         shared: &mut Shared<'_>,
         by_client: bool,
     ) {
-        if let Some(req) = self.requests.remove(&id)
-            && !matches!(req.response, Response::Sent)
-        {
-            shared.counters.cancelled += 1;
+        if let Some(req) = self.requests.remove(&id) {
+            if !matches!(req.response, Response::Sent { .. }) {
+                shared.counters.cancelled += 1;
+            }
             let code = code.into_inner();
             let outcome = if by_client {
                 Outcome::Cancelled(code)

@@ -383,6 +383,34 @@ fn a_shutdown_lets_the_response_under_way_finish_then_closes_with_h3_no_error() 
     assert_eq!((h.responses, h.cancelled, h.rejected), (1, 0, 1), "{h:?}");
 }
 
+/// A drain period that ends before the response does (3 MB cannot go in 50 ms of the
+/// virtual network's round trips) cuts it: the client gets its stream reset with
+/// `H3_REQUEST_CANCELLED` (RFC 9114 section 4.1.1: it may have been processed, so it is not
+/// one to retry as refused) before the close, and the report counts it as cut at shutdown;
+/// only the request made after the GOAWAY is refused unprocessed.
+#[test]
+fn a_drain_period_that_ends_first_cuts_the_response_with_h3_request_cancelled() {
+    let (report, c) = shut_down_mid_response(Duration::from_millis(50));
+    let got = c.got.borrow().clone();
+    assert_eq!(
+        got,
+        [
+            Err("Remote reset: H3_REQUEST_CANCELLED".to_owned()),
+            Err("Remote reset: H3_REQUEST_REJECTED".to_owned())
+        ]
+    );
+    assert!(
+        matches!(&c.lost, Some(ConnectionError::ApplicationClosed(close)) if close.error_code == VarInt::from_u32(0x100)),
+        "{:?}",
+        c.lost
+    );
+    // Counted as a response when quinn-proto took it whole (its window holds 3 MB); cut,
+    // as the client saw it, since it was not acknowledged.
+    let h = report.http3;
+    assert_eq!((h.responses, h.cancelled, h.rejected), (1, 0, 1), "{h:?}");
+    assert_eq!(report.cut_at_shutdown, 1);
+}
+
 /// With no drain period the same shutdown closes at once: the response is cut short (the
 /// contrast that shows the drain is what lets it finish).
 #[test]

@@ -339,3 +339,4 @@ mod http3_hostile;
 mod quic_apps;
 mod retry;
 mod services;
+mod shutdown;

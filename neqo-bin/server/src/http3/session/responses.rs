@@ -146,12 +146,10 @@ impl Session {
                 if *ok {
                     shared.counters.responses += 1;
                 }
-                // Logged before its state goes; the entry stays until acknowledged.
-                let req = &self.requests[&id];
-                self.log(shared.log, req, Outcome::Answered);
-                if let Some(req) = self.requests.get_mut(&id) {
-                    req.response = Response::Sent;
-                }
+                // Logged once acknowledged (or cut, or lost with its connection): the log
+                // says how it ended for the client, as far as the server can know.
+                let bytes = source.written.saturating_sub(*framing);
+                req.response = Response::Sent { bytes };
             }
             Err(StreamClosed) => {
                 shared.counters.cancelled += 1;
@@ -163,10 +161,21 @@ impl Session {
         Ok(())
     }
 
-    /// Request `id`'s response is all acknowledged: its entry goes, and the rest of its
-    /// request body, if any, is not wanted.
-    pub(super) fn acknowledged(&mut self, conn: &mut Connection, id: StreamId) {
-        if self.requests.remove(&id).is_some_and(|r| !r.incoming.ended) {
+    /// Request `id`'s response is all acknowledged: it is logged as answered, its entry
+    /// goes, and the rest of its request body, if any, is not wanted.
+    pub(super) fn acknowledged(
+        &mut self,
+        conn: &mut Connection,
+        id: StreamId,
+        shared: &mut Shared<'_>,
+    ) {
+        let Some(req) = self.requests.remove(&id) else {
+            return;
+        };
+        if matches!(req.response, Response::Sent { .. }) {
+            self.log(shared.log, &req, Outcome::Answered);
+        }
+        if !req.incoming.ended {
             let _ = conn.recv_stream(id).stop(varint(code::NO_ERROR));
         }
     }
