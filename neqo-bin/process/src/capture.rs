@@ -73,6 +73,14 @@ impl Capture {
         Self { tail, ended }
     }
 
+    /// What the stream has held so far, without waiting.
+    pub(crate) fn so_far(&self) -> String {
+        self.tail
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .text()
+    }
+
     /// What the stream held, after waiting at most `grace` for its end: a grandchild that
     /// inherited the pipe may keep it open after the child itself has gone.
     pub(crate) fn text(&self, grace: Duration) -> String {

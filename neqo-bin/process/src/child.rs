@@ -125,6 +125,11 @@ impl Running {
         self.child.id()
     }
 
+    /// What it has written to stderr so far (the last [`crate::CAPTURE_LIMIT`] bytes).
+    pub(crate) fn stderr_so_far(&self) -> String {
+        self.stderr.so_far()
+    }
+
     /// Asks it to stop: SIGTERM on Unix, a kill elsewhere.
     ///
     /// # Errors

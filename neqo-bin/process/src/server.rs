@@ -11,8 +11,10 @@ use std::{
 
 use crate::child::{Measured, Running};
 
-/// How long [`Server::stop`] waits after SIGTERM before it kills.
-pub const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How long [`Server::stop`] waits after SIGTERM before it kills: longer than a server's
+/// default drain period (`neqo-server`'s 30 s), which a client that holds a response open
+/// may fill.
+pub const STOP_GRACE: Duration = Duration::from_secs(60);
 
 /// The addresses a readiness line announces: those after `listening on `, separated by commas,
 /// up to the first that is not an address. `neqo-server listening on A, B` announces A and B,
@@ -148,6 +150,30 @@ impl Server {
     /// When it cannot be signalled or waited for.
     pub fn stop(self) -> io::Result<Measured> {
         self.stop_within(STOP_GRACE)
+    }
+
+    /// What it has written to stderr so far: for a test to wait for a line that says a
+    /// signal was acted on.
+    #[must_use]
+    pub fn stderr_so_far(&self) -> String {
+        self.child.stderr_so_far()
+    }
+
+    /// Asks it to stop (SIGTERM on Unix; a kill elsewhere) without waiting: once more is a
+    /// second request.
+    ///
+    /// # Errors
+    /// When it cannot be signalled.
+    pub fn terminate(&mut self) -> io::Result<()> {
+        self.child.terminate()
+    }
+
+    /// Waits for it to end, kills it if it has not `limit` from now, and measures it.
+    ///
+    /// # Errors
+    /// As [`Server::stop`].
+    pub fn wait(mut self, limit: Duration) -> io::Result<Measured> {
+        self.child.finish(Instant::now() + limit)
     }
 
     /// Like [`Server::stop`] with `grace` instead of [`STOP_GRACE`].

@@ -385,7 +385,9 @@ fn fetch(args: &ClientArgs) -> anyhow::Result<client::ClientReport> {
     let report = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(async { client::run_until(config, shutdown_signal()?).await })?;
+        .block_on(async {
+            client::run_until(config, shutdown_signal("neqo-client", None)?).await
+        })?;
     if args.io.stats {
         eprintln!("neqo-client: {}\n{}", report.summary(), report.socket);
     } else if !args.quiet {

@@ -282,29 +282,57 @@ pub fn colour(terminal: bool) -> bool {
     terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// Resolves on SIGINT or SIGTERM; elsewhere on Ctrl-C, the only stop request there is. The
-/// handlers are installed here, not when the future is first polled: a signal that comes
-/// between this call and that poll (a server that has said it listens) is not lost, nor
-/// does it kill the process undrained.
-fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+/// Resolves on SIGINT or SIGTERM (elsewhere on Ctrl-C, the only stop request there is),
+/// after `program` says on stderr which came and `first` (what the stop does now), if
+/// given; a second such signal ends the process at once, with the status a shell gives a
+/// process the signal killed (128 + its number). The handlers are installed here, inside
+/// the runtime, not when the future is first polled: a signal that comes between this call
+/// and that poll (a server that has said it listens) is not lost, nor does it kill the
+/// process undrained.
+fn shutdown_signal(
+    program: &'static str,
+    first: Option<String>,
+) -> std::io::Result<impl Future<Output = ()>> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
-        Ok(async move {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = term.recv() => {}
+        tokio::spawn(async move {
+            let mut next = async || {
+                tokio::select! {
+                    _ = interrupt.recv() => ("SIGINT", 128 + libc::SIGINT),
+                    _ = term.recv() => ("SIGTERM", 128 + libc::SIGTERM),
+                }
+            };
+            let (name, _) = next().await;
+            if let Some(what) = &first {
+                eprintln!("{program}: {name}: {what}");
             }
-        })
+            let _ = tx.send(());
+            let (name, status) = next().await;
+            eprintln!("{program}: {name} again: exiting at once");
+            std::process::exit(status);
+        });
     }
     #[cfg(not(unix))]
-    {
-        Ok(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-    }
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        if let Some(what) = &first {
+            eprintln!("{program}: Ctrl-C: {what}");
+        }
+        let _ = tx.send(());
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("{program}: Ctrl-C again: exiting at once");
+            std::process::exit(130);
+        }
+    });
+    Ok(async move {
+        let _ = rx.await;
+    })
 }
 
 #[cfg(test)]

@@ -115,9 +115,11 @@ pub struct ServerArgs {
     /// in the clear, so that a QUIC-LB load balancer routes the connection to this server.
     #[arg(long, help_heading = FLEET)]
     pub server_id: Option<String>,
-    /// At shutdown (SIGINT, SIGTERM), HTTP/3 connections send GOAWAY and finish the requests
-    /// they accepted for at most this many seconds (0 to 600; 0: close every connection at
-    /// once), then everything is closed.
+    /// At shutdown (SIGINT, SIGTERM), new connections and requests are refused (HTTP/3 with
+    /// GOAWAY) and the requests under way finish for at most this many seconds (0 to 600;
+    /// default 30, within systemd's default TimeoutStopSec of 90); then what is left is cut
+    /// (reset, logged and counted as cut) and every connection closed. A second signal
+    /// ends the process at once.
     #[arg(long, allow_negative_numbers = true, help_heading = FLEET)]
     pub drain_timeout: Option<f64>,
     /// Retire each connection ID and give the client a new one after this many seconds
@@ -237,6 +239,10 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         Certificates::new(&identities)?
     };
     let interval = args.stats_interval()?;
+    let drain = match args.drain_timeout {
+        Some(secs) => check_seconds("--drain-timeout", secs, 0.0, MAX_DRAIN_TIMEOUT)?,
+        None => DRAIN_TIMEOUT,
+    };
     let log = args
         .access_log
         .as_deref()
@@ -259,10 +265,7 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         },
         transport: args.io.transport()?,
         socket: args.io.socket(),
-        driver: args.io.driver().with_drain(match args.drain_timeout {
-            Some(secs) => check_seconds("--drain-timeout", secs, 0.0, MAX_DRAIN_TIMEOUT)?,
-            None => DRAIN_TIMEOUT,
-        }),
+        driver: args.io.driver().with_drain(drain),
         stats_interval: args.io.stats.then_some(interval),
         workers: args.workers()?,
         steering: args.steering.into(),
@@ -281,7 +284,17 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
     let reopen = log.as_ref().zip(args.access_log.as_deref());
     let report = rt.block_on(async move {
         // Before anything binds: a signal is acted on from the moment the server listens.
-        let shutdown = shutdown_signal()?;
+        let stopping = if drain.is_zero() {
+            "cutting the requests under way, closing every connection (--drain-timeout 0)"
+                .to_owned()
+        } else {
+            format!(
+                "refusing new requests, finishing those under way for up to {} s (a second \
+                 signal stops at once)",
+                drain.as_secs_f64()
+            )
+        };
+        let shutdown = shutdown_signal("neqo-server", Some(stopping))?;
         let hangups = reload::hangups()?;
         let server = Server::bind(config).map_err(flagged)?;
         let addrs: Vec<String> = server

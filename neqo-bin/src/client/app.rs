@@ -30,6 +30,9 @@ pub(super) struct ClientApp {
     sockets: usize,
     shared: Shared,
     open: IdMap<ConnectionHandle, Open>,
+    /// Connections that ended while responses, all arrived, were still being saved: kept
+    /// apart (a new connection may get the same handle) until their writes are done.
+    saving: Vec<Open>,
     /// With `--alpn h3`: the connections, which `open` then does not hold.
     h3: Option<Http3>,
     /// Connections opened so far.
@@ -74,6 +77,7 @@ impl ClientApp {
             h3,
             shared: Shared::new(perf, requests, config),
             open: IdMap::default(),
+            saving: Vec::new(),
             started: 0,
             first_connect: None,
             failed: false,
@@ -112,7 +116,12 @@ impl ClientApp {
     /// The driver was shut down (Ctrl-C) and has closed the connections: what was still to
     /// do failed.
     pub(super) fn interrupted(&mut self) {
-        let outstanding: usize = self.open.values().map(Open::outstanding).sum::<usize>()
+        let outstanding: usize = self
+            .open
+            .values()
+            .chain(&self.saving)
+            .map(Open::outstanding)
+            .sum::<usize>()
             + self.h3.as_ref().map_or(0, Http3::outstanding);
         let not_started = self.unopened();
         let s = &mut self.shared;
@@ -123,12 +132,13 @@ impl ClientApp {
         ));
         self.failed = true;
         self.open.clear();
+        self.saving.clear();
         self.h3 = None;
     }
 
     /// Connections open, of either kind.
     fn open_count(&self) -> usize {
-        self.open.len() + self.h3.as_ref().map_or(0, Http3::len)
+        self.open.len() + self.saving.len() + self.h3.as_ref().map_or(0, Http3::len)
     }
 
     /// Requests of the connections not yet opened.
@@ -205,7 +215,7 @@ impl ClientApp {
 
     /// Drops a connection whose requests are all done.
     fn forget_if_closed(&mut self, ch: ConnectionHandle) {
-        if self.open.get(&ch).is_some_and(|o| o.closed) {
+        if self.open.get(&ch).is_some_and(Open::gone) {
             self.open.remove(&ch);
         }
     }
@@ -287,10 +297,17 @@ impl Application for ClientApp {
                     &reason,
                 );
                 s.report.lost_packets += conn.stats().path.lost_packets;
-                s.report.failed_requests += open.outstanding() as u64;
-                s.fail(msg);
-                self.failed = true;
-                self.open.remove(&ch);
+                let (failed, saving) = open.lost();
+                if failed > 0 {
+                    s.report.failed_requests += failed as u64;
+                    s.fail(msg);
+                    self.failed = true;
+                }
+                if let Some(open) = self.open.remove(&ch)
+                    && saving
+                {
+                    self.saving.push(open);
+                }
                 return;
             }
             Event::Stream(_)
@@ -304,8 +321,12 @@ impl Application for ClientApp {
     fn poll(&mut self, driver: &mut Driver, now: Instant) -> Option<Instant> {
         while let Some(done) = self.shared.writes.take() {
             let ch = done.connection;
-            if let Some(open) = self.open.get_mut(&ch) {
-                let s = &mut self.shared;
+            let s = &mut self.shared;
+            if let Some(open) = self.saving.iter_mut().find(|o| o.owns(&done)) {
+                // Its connection is gone: the response had all arrived.
+                open.write_done_lost(s, done, now);
+                self.saving.retain(|o| !o.gone());
+            } else if let Some(open) = self.open.get_mut(&ch) {
                 driver.update(ch, |conn| open.write_done(s, conn, done, now));
                 self.forget_if_closed(ch);
             }

@@ -111,6 +111,9 @@ pub(super) struct Open {
     bytes: u64,
     /// All its requests are done and it is closed.
     pub(super) closed: bool,
+    /// The connection ended while some responses, all arrived, were still being saved:
+    /// those finish without it ([`write_done_lost`](Self::write_done_lost)).
+    lost: bool,
     pub(super) key_update: KeyUpdate,
 }
 
@@ -123,6 +126,7 @@ impl Open {
             streams: IdMap::default(),
             bytes: 0,
             closed: false,
+            lost: false,
             key_update: KeyUpdate::new(s.config.key_update),
         }
     }
@@ -298,6 +302,78 @@ impl Open {
                 .expected
                 .and_then(|n| report::body_error(&req.path, n, req.received, req.pattern_ok));
             self.finish_request(s, conn, id, now, error);
+        }
+    }
+
+    /// The connection ended: the requests whose response has not all arrived failed (how
+    /// many is returned), the rest of them included; those whose response has all arrived
+    /// and is being saved stay, to finish their writes without the connection. Returns how
+    /// many failed, and whether any stay.
+    pub(super) fn lost(&mut self) -> (usize, bool) {
+        let unmade = self.queue.len();
+        self.queue.clear();
+        let before = self.streams.len();
+        self.streams
+            .retain(|_, r| r.fin && r.output.as_ref().is_some_and(|o| !o.done()));
+        self.lost = true;
+        (
+            unmade + before - self.streams.len(),
+            !self.streams.is_empty(),
+        )
+    }
+
+    /// Whether `done` is the write of one of its requests.
+    pub(super) fn owns(&self, done: &WriteDone) -> bool {
+        self.streams
+            .get(&done.id)
+            .is_some_and(|r| r.token == done.token)
+    }
+
+    /// Whether it is gone: closed, or lost with nothing left to save.
+    pub(super) fn gone(&self) -> bool {
+        self.closed || (self.lost && self.streams.is_empty())
+    }
+
+    /// A write job of a request whose connection ended after its whole response arrived
+    /// ([`lost`](Self::lost)): the next write, or the request's end.
+    pub(super) fn write_done_lost(&mut self, s: &mut Shared, done: WriteDone, now: Instant) {
+        let Some(req) = self
+            .streams
+            .get_mut(&done.id)
+            .filter(|r| r.token == done.token)
+        else {
+            return;
+        };
+        let Some(out) = &mut req.output else {
+            return;
+        };
+        let error = match done.result {
+            Ok(written) => {
+                out.written(written);
+                req.start_write(&s.writes, done.connection, done.id);
+                if !req.output.as_ref().is_some_and(Output::done) {
+                    return;
+                }
+                req.expected
+                    .and_then(|n| report::body_error(&req.path, n, req.received, req.pattern_ok))
+            }
+            Err(e) => Some(format!(
+                "{}: cannot save the body to {}: {e}",
+                req.path,
+                out.sink()
+            )),
+        };
+        let Some(req) = self.streams.remove(&done.id) else {
+            return;
+        };
+        s.last_fin = Some(now);
+        if let Some(e) = error {
+            s.report.failed_requests += 1;
+            s.fail(e);
+        } else {
+            s.report.requests += 1;
+            s.latencies
+                .record(now.saturating_duration_since(req.opened));
         }
     }
 

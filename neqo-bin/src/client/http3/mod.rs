@@ -88,6 +88,9 @@ struct ConnState {
     in_flight: usize,
     /// Request and response bytes, for its Gbit/s.
     bytes: u64,
+    /// A request was refused unprocessed: the server is going away, so no more are sent
+    /// (RFC 9114 section 5.2) and the rest count as refused.
+    going_away: bool,
 }
 
 /// What the client keeps beside a connection's engine.
@@ -168,6 +171,7 @@ impl Http3 {
             outstanding: self.ctx.requests.len(),
             in_flight: 0,
             bytes: 0,
+            going_away: false,
         }));
         let spawner = engine.spawner();
         spawner.spawn(connection(
@@ -303,6 +307,13 @@ async fn connection(
         }
     } else {
         for path in paths {
+            if state.borrow().going_away {
+                // Not sent: refused as surely as if the server had said so.
+                ctx.results.borrow_mut().rejected += 1;
+                let mut s = state.borrow_mut();
+                s.outstanding = s.outstanding.saturating_sub(1);
+                continue;
+            }
             one(send.clone(), &ctx, &state, path).await;
         }
     }
@@ -316,7 +327,11 @@ async fn one(
     path: String,
 ) {
     let started = ctx.now.get();
-    let result = request(send, ctx, state, &path).await;
+    let sent = Cell::new(false);
+    let result = request(send, ctx, state, &path, &sent).await;
+    if sent.get() {
+        state.borrow_mut().in_flight -= 1;
+    }
     let now = ctx.now.get();
     match result {
         Ok(Done::Whole) => {
@@ -326,7 +341,10 @@ async fn one(
             r.last_fin = Some(now);
         }
         Ok(Done::Cancelled) => ctx.results.borrow_mut().cancelled += 1,
-        Err(Failure::Rejected) => ctx.results.borrow_mut().rejected += 1,
+        Err(Failure::Rejected) => {
+            ctx.results.borrow_mut().rejected += 1;
+            state.borrow_mut().going_away = true;
+        }
         Err(Failure::Other(e)) => ctx.fail(format!("{path}: {e}")),
     }
     let mut s = state.borrow_mut();

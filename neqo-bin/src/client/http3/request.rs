@@ -1,7 +1,7 @@
 //! One HTTP/3 request of the client: sent (with its `POST` body), its response checked and
 //! its body verified or saved.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use bytes::{Buf as _, Bytes};
 use neqo_protocols::{
@@ -12,22 +12,6 @@ use neqo_protocols::{
 use super::{ConnState, Context};
 use crate::client::output::{Output, Sink, Written};
 use neqo_h3::Opener;
-
-/// Counts a request sent in its connection's [`ConnState::in_flight`] while it lives.
-struct InFlight<'a>(&'a RefCell<ConnState>);
-
-impl<'a> InFlight<'a> {
-    fn new(state: &'a RefCell<ConnState>) -> Self {
-        state.borrow_mut().in_flight += 1;
-        Self(state)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.borrow_mut().in_flight -= 1;
-    }
-}
 
 /// How a request ended well.
 pub(super) enum Done {
@@ -71,6 +55,7 @@ pub(super) async fn request(
     ctx: &Context,
     state: &RefCell<ConnState>,
     path: &str,
+    sent: &Cell<bool>,
 ) -> Result<Done, Failure> {
     let upload = ctx.upload;
     let expected = match hq::target(path) {
@@ -90,7 +75,11 @@ pub(super) async fn request(
     }
     let request = request.body(()).map_err(|e| format!("bad request: {e}"))?;
     let mut stream = send.send_request(request).await?;
-    let _in_flight = InFlight::new(state);
+    // Sent: from now on the server may have processed it. The count goes down only when
+    // the request ends here, not when its task is dropped with a connection that ended
+    // first, so that such a request counts as failed, never as refused unprocessed.
+    sent.set(true);
+    state.borrow_mut().in_flight += 1;
     // A POST's body: the pattern, a chunk at a time.
     let mut sent = 0;
     let mut wanted = true;
@@ -115,7 +104,8 @@ pub(super) async fn request(
     let mut got = 0u64;
     // A POST is answered with the count of its body's bytes.
     let mut answer = Vec::new();
-    while let Some(mut chunk) = stream.recv_data().await? {
+    // Once a response has begun, a reset is a cut response whatever its code says.
+    while let Some(mut chunk) = stream.recv_data().await.map_err(|e| e.to_string())? {
         let data = chunk.copy_to_bytes(chunk.remaining());
         if let Some(n) = expected {
             if got + data.len() as u64 > n {
