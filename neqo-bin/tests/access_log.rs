@@ -256,3 +256,85 @@ fn sighup_opens_the_log_again_after_a_rotation() {
     assert!(after.contains("\"GET /2000 hq-interop\""), "{after}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A log on a device that refuses every write (`/dev/full`, ENOSPC, as a full disk does):
+/// the server serves on, counts the lines it could not write, says so when it starts failing
+/// and when it writes again; a SIGHUP after the log's path is pointed at a real file again
+/// switches to it, and the lines after are written there. None of it is fatal at exit.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_log_on_a_full_disk_counts_its_drops_and_a_reopen_resumes_it() {
+    let d = dir("full");
+    let log = d.join("access.log");
+    std::os::unix::fs::symlink("/dev/full", &log).unwrap();
+    let server = Server::start(
+        Command::new(SERVER)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+                "--access-log",
+                log.to_str().unwrap(),
+            ])
+            // Its warnings are what this test reads, whatever the caller's RUST_LOG.
+            .env("RUST_LOG", "warn"),
+        LIMIT,
+    )
+    .expect("server starts");
+    for p in ["/1000", "/1001", "/1002"] {
+        assert!(fetch(&server, "hq-interop", &[p], &[]).success());
+    }
+    // The path a real file again: SIGHUP opens (creates) it.
+    std::fs::remove_file(&log).unwrap();
+    let ok = Command::new("kill")
+        .args(["-HUP", &server.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -HUP");
+    for _ in 0..400 {
+        if log.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(log.exists(), "the log was not opened again");
+    for p in ["/2000", "/2001"] {
+        assert!(fetch(&server, "hq-interop", &[p], &[]).success());
+    }
+    let stopped = server.stop().unwrap();
+    assert!(!stopped.killed);
+    assert!(stopped.success(), "{}", stopped.stderr);
+    let err = &stopped.stderr;
+    assert!(
+        err.contains("access log: writing failed") && err.contains("No space left on device"),
+        "{err}"
+    );
+    assert!(
+        err.contains("SIGHUP: access log") && err.contains("opened again"),
+        "{err}"
+    );
+    assert!(
+        err.contains("access log: writing again after 3 lines dropped"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "neqo-server: the access log dropped 3 of 5 lines (3 as writing failed: No space \
+             left on device"
+        ),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let paths: Vec<&str> = text
+        .lines()
+        .map(|l| l.split('"').nth(1).unwrap_or_else(|| panic!("{l}")))
+        .collect();
+    assert_eq!(
+        paths,
+        ["GET /2000 hq-interop", "GET /2001 hq-interop"],
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

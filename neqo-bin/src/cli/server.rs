@@ -6,8 +6,8 @@ use anyhow::{Context as _, bail};
 use neqo_driver::tls::{self, Certificates, Identity};
 use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 use neqo_server_core::{
-    DRAIN_TIMEOUT, LayoutError, Limits, MAX_DRAIN_TIMEOUT, Server, ServerConfig, ServerError,
-    ServerKeys, Steering,
+    AccessLog, DRAIN_TIMEOUT, LayoutError, Limits, MAX_DRAIN_TIMEOUT, Server, ServerConfig,
+    ServerError, ServerKeys, Steering,
 };
 
 use clap::CommandFactory as _;
@@ -316,13 +316,9 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
             .map_err(flagged)
     })?;
     if let Some(log) = &log {
-        log.close().context("--access-log: writing")?;
-        if log.dropped() > 0 {
-            eprintln!(
-                "neqo-server: the access log dropped {} of {} lines (its writer was behind)",
-                log.dropped(),
-                log.dropped() + log.written()
-            );
+        log.close().context("--access-log")?;
+        if let Some(lost) = access_log_losses(log) {
+            eprintln!("neqo-server: {lost}");
         }
     }
     if args.io.stats {
@@ -332,6 +328,32 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         write_json(path, &crate::report::server_report(report))?;
     }
     Ok(())
+}
+
+/// What the access log lost, once closed, and why: its writer behind (or closed), or its
+/// output failing; `None` when every line was written.
+fn access_log_losses(log: &AccessLog) -> Option<String> {
+    let dropped = log.dropped();
+    if dropped == 0 {
+        return None;
+    }
+    let failed = log.dropped_by_errors();
+    let behind = dropped.saturating_sub(failed);
+    let mut why = Vec::new();
+    if behind > 0 {
+        why.push(format!("{behind} with its writer behind"));
+    }
+    if failed > 0 {
+        why.push(format!(
+            "{failed} as writing failed: {}",
+            log.write_error().unwrap_or_default()
+        ));
+    }
+    Some(format!(
+        "the access log dropped {dropped} of {} lines ({})",
+        dropped + log.written(),
+        why.join("; ")
+    ))
 }
 
 #[cfg(test)]
