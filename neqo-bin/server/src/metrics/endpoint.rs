@@ -5,9 +5,9 @@
 //! A scrape is answered while slow or hostile clients hold the port, because none of them can
 //! make it wait its turn:
 //!
-//! - Connections are accepted as they come, not when a slot frees: the listen backlog
-//!   ([`BACKLOG`]) only has to absorb a burst between two turns of the accept loop, and no
-//!   scraper waits in it behind slow clients.
+//! - Connections are accepted as they come, whatever the others are doing: the listen
+//!   backlog ([`BACKLOG`]) only has to absorb a burst between two turns of the accept loop,
+//!   and no scraper waits in it behind slow clients.
 //! - Each connection has [`HEAD_TIMEOUT`] from its accept to send its request head, at most
 //!   8 KiB of it (hyper answers 431 past the size and closes the connection unanswered past
 //!   the time, however the bytes trickle in), and [`DEADLINE`] for all of it, its answer
@@ -448,8 +448,8 @@ mod tests {
     }
 
     /// 1000 clients that connect, send part of a head and hold: a scrape after them is
-    /// answered whole while every one of them is still connected and unanswered. Before,
-    /// the endpoint served 16 at once and a scrape waited in the accept queue behind them.
+    /// answered whole while every one of them is still connected and unanswered (the cap is
+    /// the endpoint's own, 1024).
     #[test]
     fn a_scrape_is_answered_while_1000_slow_clients_hold_the_port() {
         let n = affordable(1000);
