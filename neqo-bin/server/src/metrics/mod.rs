@@ -9,6 +9,11 @@
 //! - Server-wide, without a label: what the workers count together (connections open and
 //!   half-open, the sources holding them) and the receive budget.
 //!
+//! Each family is written once, with one descriptor (HELP, TYPE, UNIT) and all its samples
+//! together, every worker's (and every direction's, reason's, result's) merged into it:
+//! OpenMetrics parsers refuse a family written twice or interleaved with another, and so
+//! refuse the whole scrape.
+//!
 //! Each worker publishes its report to the [`Board`] at most every [`PUBLISH_EVERY`] (its
 //! turns are where its counts live; a scrape does not wait for them), so a scrape is at most
 //! that stale. The endpoint ([`endpoint`]) answers `GET /metrics` only, on hyper's HTTP/1
@@ -17,6 +22,8 @@
 //! `docs/reference/metrics.md`, generated from the exposition ([`reference`]).
 
 mod endpoint;
+#[cfg(test)]
+mod openmetrics;
 #[cfg(test)]
 mod reference;
 
@@ -29,7 +36,7 @@ pub(super) use endpoint::MetricsServer;
 use neqo_driver::tls::Certificates;
 use prometheus_client::{
     encoding::{EncodeMetric, MetricEncoder, NoLabelSet},
-    metrics::{MetricType, TypedMetric, counter::Counter, gauge::Gauge},
+    metrics::{MetricType, TypedMetric},
     registry::{Registry, Unit},
 };
 
@@ -73,58 +80,57 @@ impl Board {
 
     /// The exposition of everything published.
     pub(super) fn render(&self) -> String {
-        let mut registry = Registry::with_prefix("neqo_server");
-        let gauge = |v: u64| {
-            let g: Gauge = Gauge::default();
-            g.set(i64::try_from(v).unwrap_or(i64::MAX));
-            g
-        };
-        registry.register(
+        let mut x = Exposition::default();
+        let open = |n: usize| Value::Gauge(n as u64);
+        x.add(
             "connections_open",
             "Connections accepted and not yet drained, over all workers",
-            gauge(self.ledger.open() as u64),
+            None,
+            vec![],
+            open(self.ledger.open()),
         );
-        registry.register(
+        x.add(
             "connections_half_open",
             "Handshakes in progress, over all workers",
-            gauge(self.ledger.half_open() as u64),
+            None,
+            vec![],
+            open(self.ledger.half_open()),
         );
-        registry.register(
+        x.add(
             "connections_peak_open",
             "The most connections open at once",
-            gauge(self.ledger.peak_open() as u64),
+            None,
+            vec![],
+            open(self.ledger.peak_open()),
         );
-        registry.register(
+        x.add(
             "connections_peak_half_open",
             "The most handshakes in progress at once",
-            gauge(self.ledger.peak_half_open() as u64),
+            None,
+            vec![],
+            open(self.ledger.peak_half_open()),
         );
-        registry.register(
+        x.add(
             "tls_certificates",
             "Certificates served, chosen by SNI",
-            gauge(self.certificates.len() as u64),
+            None,
+            vec![],
+            open(self.certificates.len()),
         );
-        let replaced = self.certificates.replacements();
-        let reloads = registry.sub_registry_with_prefix("tls_certificate");
-        for (result, v) in [("done", replaced.done), ("refused", replaced.refused)] {
-            reloads
-                .sub_registry_with_label(("result".into(), result.into()))
-                .register(
-                    "replacements",
-                    "Replacements of the certificates (a reload); refused ones left them as they were",
-                    counter(v),
-                );
-        }
         if let Some(log) = &self.access_log {
-            registry.register(
+            x.add(
                 "access_log_lines",
                 "Access log lines written",
-                counter(log.written()),
+                None,
+                vec![],
+                Value::Counter(log.written()),
             );
-            registry.register(
+            x.add(
                 "access_log_dropped",
                 "Access log lines dropped because its writer was behind",
-                counter(log.dropped()),
+                None,
+                vec![],
+                Value::Counter(log.dropped()),
             );
         }
         let reports: Vec<Option<ServerReport>> = self
@@ -153,15 +159,129 @@ impl Board {
                     tls.key_updates,
                 ),
             ] {
-                registry.register(name, help, counter(v));
+                x.add(name, help, None, vec![], Value::Counter(v));
             }
         }
+        let replaced = self.certificates.replacements();
+        for (result, v) in [("done", replaced.done), ("refused", replaced.refused)] {
+            x.add(
+                "tls_certificate_replacements",
+                "Replacements of the certificates (a reload); refused ones left them as they were",
+                None,
+                vec![("result", result.to_owned())],
+                Value::Counter(v),
+            );
+        }
         for (w, r) in reports.iter().enumerate() {
-            let Some(r) = r else {
-                continue;
-            };
-            let sub = registry.sub_registry_with_label(("worker".into(), w.to_string().into()));
-            register_worker(sub, r);
+            if let Some(r) = r {
+                add_worker(&mut x, w, r);
+            }
+        }
+        x.encode()
+    }
+}
+
+/// A sample's labels, in the order written: `worker` first where there is one.
+type Labels = Vec<(&'static str, String)>;
+
+/// One sample's value.
+#[derive(Debug)]
+enum Value {
+    Counter(u64),
+    Gauge(u64),
+    Histogram(Buckets),
+}
+
+impl Value {
+    const fn metric_type(&self) -> MetricType {
+        match self {
+            Self::Counter(_) => MetricType::Counter,
+            Self::Gauge(_) => MetricType::Gauge,
+            Self::Histogram(_) => MetricType::Histogram,
+        }
+    }
+}
+
+/// A family's samples, each with its labels, in the order added: written under the one
+/// descriptor (HELP, TYPE, UNIT) of the family, together, as OpenMetrics requires.
+#[derive(Debug)]
+struct Samples {
+    kind: MetricType,
+    samples: Vec<(Labels, Value)>,
+}
+
+impl EncodeMetric for Samples {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for (labels, value) in &self.samples {
+            let mut sample = encoder.encode_family(labels)?;
+            match value {
+                Value::Counter(v) => sample.encode_counter::<NoLabelSet, _, u64>(v, None)?,
+                Value::Gauge(v) => sample.encode_gauge(v)?,
+                Value::Histogram(b) => b.encode(sample)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.kind
+    }
+
+    fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+}
+
+/// An exposition being put together: each family once, in the order of its first sample,
+/// with the samples of every worker (and every direction, reason, result) merged into it.
+#[derive(Debug, Default)]
+struct Exposition {
+    families: Vec<(&'static str, &'static str, Option<Unit>, Samples)>,
+}
+
+impl Exposition {
+    /// A sample of family `name` (`neqo_server_NAME_UNIT`); the first one of a family gives
+    /// its help, unit and type, which every later one must share.
+    fn add(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        unit: Option<Unit>,
+        labels: Labels,
+        value: Value,
+    ) {
+        let at = match self.families.iter().position(|f| f.0 == name) {
+            Some(at) => at,
+            None => {
+                let kind = value.metric_type();
+                self.families.push((
+                    name,
+                    help,
+                    unit.clone(),
+                    Samples {
+                        kind,
+                        samples: Vec::new(),
+                    },
+                ));
+                self.families.len() - 1
+            }
+        };
+        let family = &mut self.families[at];
+        debug_assert!(
+            family.1 == help && family.2 == unit && family.3.kind == value.metric_type(),
+            "{name}: one descriptor for every sample"
+        );
+        family.3.samples.push((labels, value));
+    }
+
+    /// The OpenMetrics text of it all.
+    fn encode(self) -> String {
+        let mut registry = Registry::with_prefix("neqo_server");
+        for (name, help, unit, samples) in self.families {
+            match unit {
+                Some(unit) => registry.register_with_unit(name, help, unit, samples),
+                None => registry.register(name, help, samples),
+            }
         }
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -170,14 +290,14 @@ impl Board {
     }
 }
 
-fn counter(v: u64) -> Counter {
-    let c: Counter = Counter::default();
-    c.inc_by(v);
-    c
-}
-
-/// One worker's report as metrics.
-fn register_worker(r: &mut Registry, report: &ServerReport) {
+/// Worker `w`'s report as samples labelled `worker="w"`.
+fn add_worker(x: &mut Exposition, w: usize, report: &ServerReport) {
+    let worker = || vec![("worker", w.to_string())];
+    let with = |key: &'static str, value: &str| {
+        let mut labels = worker();
+        labels.push((key, value.to_owned()));
+        labels
+    };
     let d = &report.driver;
     let a = &report.admission;
     let s = &report.socket;
@@ -221,86 +341,118 @@ fn register_worker(r: &mut Registry, report: &ServerReport) {
             report.lost_packets,
         ),
     ] {
-        r.register(name, help, counter(v));
+        x.add(name, help, None, worker(), Value::Counter(v));
     }
     for (name, help, v) in [
         ("response", "Response bytes written", report.bytes_sent),
         ("request", "Request bytes read", report.bytes_received),
     ] {
-        r.register_with_unit(name, help, Unit::Bytes, counter(v));
+        x.add(name, help, Some(Unit::Bytes), worker(), Value::Counter(v));
     }
+    x.add(
+        "receive_windows",
+        "Receive windows granted, summed",
+        Some(Unit::Bytes),
+        worker(),
+        Value::Gauge(report.receive_windows),
+    );
+    x.add(
+        "receive_budget",
+        "The worker's share of the receive budget",
+        Some(Unit::Bytes),
+        worker(),
+        Value::Gauge(report.receive_budget),
+    );
+    x.add(
+        "handshake_duration",
+        "From accepting a connection to its handshake's end",
+        Some(Unit::Seconds),
+        worker(),
+        Value::Histogram(a.handshakes.histogram()),
+    );
     // HTTP/3's share of the requests above, by outcome.
     let h3 = &report.http3;
-    let http3 = r.sub_registry_with_prefix("http3");
     for (name, help, v) in [
         (
-            "responses",
+            "http3_responses",
             "HTTP/3 responses sent whole (200)",
             h3.responses,
         ),
         (
-            "error_statuses",
+            "http3_error_statuses",
             "HTTP/3 requests answered with a 4xx or 5xx status",
             h3.error_statuses,
         ),
         (
-            "cancelled",
+            "http3_cancelled",
             "HTTP/3 requests that ended without a whole response",
             h3.cancelled,
         ),
         (
-            "rejected",
+            "http3_rejected",
             "HTTP/3 requests refused unprocessed after the GOAWAY",
             h3.rejected,
         ),
     ] {
-        http3.register(name, help, counter(v));
+        x.add(name, help, None, worker(), Value::Counter(v));
     }
-    http3.register_with_unit(
-        "uploaded",
-        "HTTP/3 request body bytes received (POST)",
-        Unit::Bytes,
-        counter(h3.uploaded_bytes),
-    );
-    http3.register_with_unit(
-        "body",
-        "HTTP/3 response body bytes sent",
-        Unit::Bytes,
-        counter(h3.body_bytes),
-    );
-    let refused = r.sub_registry_with_prefix("refused");
+    for (name, help, v) in [
+        (
+            "http3_uploaded",
+            "HTTP/3 request body bytes received (POST)",
+            h3.uploaded_bytes,
+        ),
+        (
+            "http3_body",
+            "HTTP/3 response body bytes sent",
+            h3.body_bytes,
+        ),
+    ] {
+        x.add(name, help, Some(Unit::Bytes), worker(), Value::Counter(v));
+    }
     for (reason, v) in [
         ("half_open", a.refused_half_open),
         ("full", a.refused_full),
         ("budget", report.refused_budget),
         ("source_share", report.refused_source_share),
     ] {
-        refused
-            .sub_registry_with_label(("reason".into(), reason.into()))
-            .register("connections", "Connections refused, by reason", counter(v));
+        x.add(
+            "refused_connections",
+            "Connections refused, by reason",
+            None,
+            with("reason", reason),
+            Value::Counter(v),
+        );
     }
     for (dir, d) in [("rx", &s.rx), ("tx", &s.tx)] {
-        let sub = r.sub_registry_with_label(("direction".into(), dir.into()));
-        sub.register(
+        let labels = || with("direction", dir);
+        x.add(
             "datagrams",
             "Datagrams the sockets moved",
-            counter(d.datagrams),
+            None,
+            labels(),
+            Value::Counter(d.datagrams),
         );
-        sub.register(
+        x.add(
             "syscalls",
             "Syscalls that moved datagrams",
-            counter(d.syscalls),
+            None,
+            labels(),
+            Value::Counter(d.syscalls),
         );
-        sub.register_with_unit(
+        x.add(
             "udp_payload",
             "UDP payload the sockets moved",
-            Unit::Bytes,
-            counter(d.bytes),
+            Some(Unit::Bytes),
+            labels(),
+            Value::Counter(d.bytes),
         );
-        sub.register(
+        x.add(
             "datagrams_per_syscall",
             "Datagrams each syscall moved",
-            per_syscall(d),
+            None,
+            labels(),
+            Value::Histogram(per_syscall(d)),
         );
     }
     let tx = &s.tx_dropped;
@@ -310,12 +462,13 @@ fn register_worker(r: &mut Registry, report: &ServerReport) {
         ("unreachable", tx.unreachable),
         ("other", tx.other),
     ] {
-        r.sub_registry_with_label(("reason".into(), reason.into()))
-            .register(
-                "tx_dropped",
-                "Datagrams dropped on send, by reason",
-                counter(v),
-            );
+        x.add(
+            "tx_dropped",
+            "Datagrams dropped on send, by reason",
+            None,
+            with("reason", reason),
+            Value::Counter(v),
+        );
     }
     let rx = &s.rx_dropped;
     for (reason, v) in [
@@ -324,35 +477,14 @@ fn register_worker(r: &mut Registry, report: &ServerReport) {
         ("empty", rx.empty),
         ("other", rx.other),
     ] {
-        r.sub_registry_with_label(("reason".into(), reason.into()))
-            .register(
-                "rx_dropped",
-                "Datagrams dropped on receive, by reason",
-                counter(v),
-            );
+        x.add(
+            "rx_dropped",
+            "Datagrams dropped on receive, by reason",
+            None,
+            with("reason", reason),
+            Value::Counter(v),
+        );
     }
-    let windows: Gauge = Gauge::default();
-    windows.set(i64::try_from(report.receive_windows).unwrap_or(i64::MAX));
-    r.register_with_unit(
-        "receive_windows",
-        "Receive windows granted, summed",
-        Unit::Bytes,
-        windows,
-    );
-    let budget: Gauge = Gauge::default();
-    budget.set(i64::try_from(report.receive_budget).unwrap_or(i64::MAX));
-    r.register_with_unit(
-        "receive_budget",
-        "The worker's share of the receive budget",
-        Unit::Bytes,
-        budget,
-    );
-    r.register_with_unit(
-        "handshake_duration",
-        "From accepting a connection to its handshake's end",
-        Unit::Seconds,
-        a.handshakes.histogram(),
-    );
 }
 
 /// A histogram whose buckets are counted already: `(upper bound, count in that bucket)`.
@@ -405,4 +537,108 @@ fn per_syscall(d: &neqo_udp::DirectionStats) -> Buckets {
 #[cfg(test)]
 pub(crate) fn test_certificates() -> Certificates {
     Certificates::new(&[neqo_driver::tls::Identity::self_signed().unwrap()]).unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{Board, ServerReport, openmetrics, test_certificates};
+
+    /// `text` parsed by `openmetrics-parser`, a strict parser (it passes the OpenMetrics
+    /// conformance suite). It refuses one valid thing: a histogram with a unit (only info and
+    /// stateset families must have none, says the spec); those `# UNIT` lines are left out
+    /// for it, and `openmetrics::check` holds the unit to its rule instead.
+    pub(super) fn strict_parse(text: &str) -> Result<(), String> {
+        let histograms: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram"))
+            .collect();
+        let kept: String = text
+            .split_inclusive('\n')
+            .filter(|l| {
+                l.strip_prefix("# UNIT ")
+                    .and_then(|rest| rest.split(' ').next())
+                    .is_none_or(|name| !histograms.contains(&name))
+            })
+            .collect();
+        openmetrics_parser::openmetrics::parse_openmetrics(&kept)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// A board of two workers with every family there is, some samples counted.
+    fn board() -> Board {
+        let log =
+            crate::AccessLog::start(Box::new(std::io::sink()), crate::AccessLogFormat::Common)
+                .unwrap();
+        let board = Board::new(2, Arc::default(), test_certificates(), Some(log));
+        for w in 0..2u64 {
+            let mut r = ServerReport {
+                requests: 10 + w,
+                bytes_sent: 1000 * (w + 1),
+                ..ServerReport::default()
+            };
+            r.socket.rx.datagrams = 40;
+            r.socket.rx.syscalls = 10;
+            r.socket.rx.per_syscall[0] = 5;
+            r.socket.rx.per_syscall[2] = 5;
+            r.admission.handshakes.count = 3;
+            r.admission.handshakes.buckets[1] = 2;
+            r.admission.handshakes.buckets[4] = 1;
+            board.publish(usize::try_from(w).unwrap(), r);
+        }
+        board
+    }
+
+    /// What Prometheus' and the Python client's parsers refuse, a strict parser refuses too:
+    /// each family written once (one HELP and TYPE), its samples together, every worker's
+    /// in it.
+    #[test]
+    fn the_exposition_is_valid_openmetrics() {
+        let text = board().render();
+        if let Err(e) = strict_parse(&text) {
+            panic!("openmetrics-parser refuses the exposition: {e}\n{text}");
+        }
+        if let Err(e) = openmetrics::check(&text) {
+            panic!("{e}\n{text}");
+        }
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        assert_eq!(types.len(), 39, "every family, once each: {types:#?}");
+        for sample in [
+            "neqo_server_requests_total{worker=\"0\"} 10",
+            "neqo_server_requests_total{worker=\"1\"} 11",
+            "neqo_server_datagrams_total{worker=\"1\",direction=\"tx\"} 0",
+            "neqo_server_tls_certificate_replacements_total{result=\"refused\"} 0",
+            "neqo_server_handshake_duration_seconds_count{worker=\"1\"} 3",
+            "neqo_server_datagrams_per_syscall_bucket{le=\"7.0\",worker=\"0\",direction=\"rx\"} 10",
+        ] {
+            assert!(text.lines().any(|l| l == sample), "{sample} in\n{text}");
+        }
+    }
+
+    /// The strict parser the test above relies on refuses what the endpoint wrote when it
+    /// registered a family once per label value: a second descriptor, a family interleaved.
+    #[test]
+    fn the_strict_parser_refuses_a_family_written_twice() {
+        let block = |v: &str| {
+            format!(
+                "# HELP neqo_server_retries Retry packets sent.\n# TYPE neqo_server_retries counter\n\
+                 neqo_server_retries_total{{worker=\"{v}\"}} 0\n"
+            )
+        };
+        let gauge = "# HELP neqo_server_g A gauge.\n# TYPE neqo_server_g gauge\nneqo_server_g 0\n";
+        let once = format!("{}{gauge}# EOF\n", block("0"));
+        let twice = format!("{}{}{gauge}# EOF\n", block("0"), block("1"));
+        let interleaved = format!("{}{gauge}{}# EOF\n", block("0"), block("1"));
+        strict_parse(&once).expect("valid");
+        openmetrics::check(&once).expect("valid");
+        for bad in [twice, interleaved] {
+            assert!(
+                strict_parse(&bad).is_err(),
+                "openmetrics-parser took\n{bad}"
+            );
+            assert!(openmetrics::check(&bad).is_err(), "took\n{bad}");
+        }
+    }
 }
