@@ -125,13 +125,19 @@ impl Board {
                 vec![],
                 Value::Counter(log.written()),
             );
-            x.add(
-                "access_log_dropped",
-                "Access log lines dropped because its writer was behind",
-                None,
-                vec![],
-                Value::Counter(log.dropped()),
-            );
+            let failed = log.dropped_by_errors();
+            for (reason, v) in [
+                ("behind", log.dropped().saturating_sub(failed)),
+                ("write_failed", failed),
+            ] {
+                x.add(
+                    "access_log_dropped",
+                    "Access log lines dropped: its writer behind, or its output failing (a full disk)",
+                    None,
+                    vec![("reason", reason.to_owned())],
+                    Value::Counter(v),
+                );
+            }
         }
         let reports: Vec<Option<ServerReport>> = self
             .workers
