@@ -387,8 +387,14 @@ fn a_trickled_handshake_is_cut_off_at_the_request_deadline() {
         slow.write_all(&[0]).is_err()
     });
     assert!(cut, "the server kept a trickling client for a minute");
-    let m = client(port, "/10", &["--insecure"]);
-    assert!(m.success(), "{m:?}");
+    // The next client has the same 1 s for its handshake and request: on a loaded machine
+    // it may miss it too, and is refused the same way; it is tried again until it is served
+    // (bounded), each refusal counted.
+    let mut missed = 0;
+    while !client(port, "/10", &["--insecure"]).success() {
+        missed += 1;
+        assert!(missed < 100, "the server served no one after the trickler");
+    }
     let s = stop(server);
     assert!(
         s.stderr.contains("refused: no complete request within 1s"),
@@ -396,7 +402,7 @@ fn a_trickled_handshake_is_cut_off_at_the_request_deadline() {
         s.stderr
     );
     assert!(
-        summary_says(&s, "served 1 (10 bytes), refused 1"),
+        summary_says(&s, &format!("served 1 (10 bytes), refused {}", 1 + missed)),
         "{}",
         s.stderr
     );

@@ -240,8 +240,9 @@ fn a_full_send_buffer_under_icmp_errors_never_spins() {
             .unwrap();
             let (victim, dest) = (addr_of(&sender), addr_of(&receiver));
             let stop = Arc::new(AtomicBool::new(false));
+            let injected_now = Arc::new(std::sync::atomic::AtomicU64::new(0));
             let attacker = {
-                let stop = Arc::clone(&stop);
+                let (stop, injected_now) = (Arc::clone(&stop), Arc::clone(&injected_now));
                 std::thread::spawn(move || {
                     enter(&path).expect("joining the namespace");
                     let raw = raw_sender(ip);
@@ -249,11 +250,20 @@ fn a_full_send_buffer_under_icmp_errors_never_spins() {
                     while !stop.load(Ordering::Relaxed) && sent < 20_000 {
                         inject(&raw, FORGED[2], victim, dest);
                         sent += 1;
+                        injected_now.store(sent, Ordering::Relaxed);
                         std::thread::sleep(Duration::from_micros(200));
                     }
                     sent
                 })
             };
+            // The sends begin once the attack is under way, however late its thread starts.
+            tokio::time::timeout(DEADLINE, async {
+                while injected_now.load(Ordering::Relaxed) <= 10 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await
+            .expect("the attack starts");
             const DATAGRAMS: u16 = 1500;
             let bodies: Vec<Vec<u8>> = (0..DATAGRAMS).map(|i| payload(2, i, 1200)).collect();
             let ts: Vec<Transmit<&[u8]>> = bodies.iter().map(|b| transmit(dest, b)).collect();

@@ -418,10 +418,21 @@ async fn kernel_drops_are_reported() {
             .map(|_| transmit(addr_of(&receiver), &body))
             .collect();
         sender.send_all(&ts).await.unwrap();
-        let stats = receiver.stats();
+        // Loopback delivers in the sender's softirq, or later from ksoftirqd on a busy
+        // machine: each of the 500 is counted once it is either received or dropped.
+        let started = std::time::Instant::now();
+        let mut kept = 0;
+        let stats = loop {
+            kept += recv_now(&receiver).await.len();
+            let stats = receiver.stats();
+            if kept as u64 + stats.kernel_drops >= 500 {
+                break stats;
+            }
+            assert!(started.elapsed() < DEADLINE, "{mode}: {kept} kept, {stats}");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        };
         assert!(stats.kernel_drops > 0, "{mode}: drops seen by SO_MEMINFO");
-        let kept = recv_now(&receiver).await;
-        assert!(!kept.is_empty() && kept.len() < 500);
+        assert!(kept > 0 && kept < 500);
         // One more datagram after the drops carries the drop count in its SO_RXQ_OVFL cmsg.
         sender.send_all(&ts[..1]).await.unwrap();
         let mut batch = receiver.recv_batch();
@@ -433,7 +444,7 @@ async fn kernel_drops_are_reported() {
             summary.kernel_drops, stats.kernel_drops,
             "{mode}: drops reported with the datagram"
         );
-        assert_eq!(kept.len() as u64 + stats.kernel_drops, 500);
+        assert_eq!(kept as u64 + stats.kernel_drops, 500);
     }
 }
 
@@ -472,7 +483,9 @@ async fn buffer_sizes_are_reported() {
 /// failed the next send with each port-unreachable error, whichever datagram it met (a policy
 /// that retried too few times lost about one run in 60 here). With ICMP errors off, no send
 /// meets one at all. The socket is handed in with `IP_RECVERR` on, as a caller's may be: the
-/// crate must turn it off.
+/// crate must turn it off. The provocations race the sends, but at most [`AHEAD`] of them
+/// run ahead of the datagrams that arrived: a flood sent flat out filled the loopback's
+/// per-CPU backlog on a loaded machine, which then dropped one of the test's own datagrams.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[tokio::test]
 async fn provoked_icmp_errors_never_cost_a_transmit() {
@@ -481,7 +494,11 @@ async fn provoked_icmp_errors_never_cost_a_transmit() {
         atomic::{AtomicBool, AtomicU64, Ordering},
     };
     const DATAGRAMS: u16 = 2000;
-    const PROVOCATIONS: usize = 200_000;
+    const PROVOCATIONS: u64 = 200_000;
+    /// Provocations allowed ahead of each datagram that arrived.
+    const AHEAD: u64 = 100;
+    /// A hang guard over the whole exchange, not a speed bound.
+    const GUARD: std::time::Duration = std::time::Duration::from_secs(120);
     for ip in [V4, V6] {
         for mode in MODES {
             // A caller's socket with ICMP error reporting on: the crate must turn it off.
@@ -516,16 +533,25 @@ async fn provoked_icmp_errors_never_cost_a_transmit() {
             let stop = Arc::new(AtomicBool::new(false));
             let provoked = Arc::new(AtomicU64::new(0));
             let provoker_errors = Arc::new(AtomicU64::new(0));
+            // How many provocations may have been sent by now: paced by the arrivals.
+            let allowed = Arc::new(AtomicU64::new(2 * AHEAD));
             let flood = {
-                let (stop, provoked, errors) = (
+                let (stop, provoked, errors, allowed) = (
                     Arc::clone(&stop),
                     Arc::clone(&provoked),
                     Arc::clone(&provoker_errors),
+                    Arc::clone(&allowed),
                 );
                 std::thread::spawn(move || {
-                    for _ in 0..PROVOCATIONS {
+                    for sent in 0..PROVOCATIONS {
+                        while sent >= allowed.load(Ordering::Relaxed) {
+                            if stop.load(Ordering::Relaxed) {
+                                return;
+                            }
+                            std::thread::yield_now();
+                        }
                         if stop.load(Ordering::Relaxed) {
-                            break;
+                            return;
                         }
                         match provoker.send_to(b"x", dead) {
                             Ok(_) => provoked.fetch_add(1, Ordering::Relaxed),
@@ -536,8 +562,8 @@ async fn provoked_icmp_errors_never_cost_a_transmit() {
             };
             let mut batch = peer.recv_batch();
             let mut next = 0u16;
-            tokio::time::timeout(DEADLINE, async {
-                while provoked.load(Ordering::Relaxed) < 100 && !flood.is_finished() {
+            tokio::time::timeout(GUARD, async {
+                while provoked.load(Ordering::Relaxed) < AHEAD && !flood.is_finished() {
                     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                 }
                 for seq in 0..DATAGRAMS {
@@ -551,6 +577,7 @@ async fn provoked_icmp_errors_never_cost_a_transmit() {
                             assert_eq!(&d.data[..], &payload(9, next, 64)[..], "{ip} {mode}");
                             next += 1;
                         }
+                        allowed.store((u64::from(next) + 2) * AHEAD, Ordering::Relaxed);
                     }
                 }
             })
@@ -564,7 +591,7 @@ async fn provoked_icmp_errors_never_cost_a_transmit() {
             stop.store(true, Ordering::Relaxed);
             flood.join().unwrap();
             let stats = sock.stats();
-            assert!(provoked.load(Ordering::Relaxed) >= 100, "the flood ran");
+            assert!(provoked.load(Ordering::Relaxed) >= AHEAD, "the flood ran");
             assert_eq!(stats.tx_dropped.total(), 0, "{ip} {mode}: {stats}");
             assert_eq!(
                 stats.events.retried, 0,

@@ -289,6 +289,11 @@ impl Client {
         self.ch
     }
 
+    /// Whether some request has no answer (or error) yet.
+    pub fn waiting(&self) -> bool {
+        self.got.borrow().len() < self.requests.len() + usize::from(self.late)
+    }
+
     /// The answers, ordered by (path, method).
     pub fn answers(&self) -> Vec<Result<Got, String>> {
         let mut got = self.got.borrow().clone();

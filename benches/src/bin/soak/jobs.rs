@@ -66,11 +66,15 @@ pub enum Kind {
     /// A server of its own shut down under HTTP/3 load: GOAWAY, the requests it took answered,
     /// the later ones rejected, a clean exit.
     H3Drain,
+    /// A server of its own (`hq-interop`) shut down during a long download: with the default
+    /// drain period the download finishes; with half a second it is cut, and the client and
+    /// the server's report both say so; a clean exit either way.
+    HqDrain,
 }
 
 impl Kind {
     /// Each kind and its weight in the mix.
-    pub const MIX: [(Self, u32); 15] = [
+    pub const MIX: [(Self, u32); 16] = [
         (Self::Download, 6),
         (Self::File, 3),
         (Self::Upload, 3),
@@ -86,6 +90,7 @@ impl Kind {
         (Self::H3Cancel, 2),
         (Self::H3Impaired, 1),
         (Self::H3Drain, 1),
+        (Self::HqDrain, 1),
     ];
 
     pub const fn name(self) -> &'static str {
@@ -105,6 +110,7 @@ impl Kind {
             Self::H3Cancel => "h3 cancel",
             Self::H3Impaired => "h3 impaired",
             Self::H3Drain => "h3 drain",
+            Self::HqDrain => "hq drain",
         }
     }
 }
@@ -127,6 +133,10 @@ enum Expect {
     /// Its server drained: of `total` requests none failed, each answered or rejected, and
     /// the server exited cleanly.
     Drain { total: u64 },
+    /// Its server drained during one download of `bytes`: whole, or cut with the server's
+    /// reset (never taken for unprocessed), as the server's report (`report`) counts it; the
+    /// server exited cleanly.
+    CutOrWhole { bytes: u64, report: PathBuf },
 }
 
 /// A signal for the client, by `kill`.
@@ -138,9 +148,9 @@ enum Fault {
     Kill(Duration),
     /// SIGSTOP for 700 ms of every second.
     Stalls,
-    /// SIGTERM for the job's own server once its metrics at `.0` show responses, at least
-    /// `.1` after the start.
-    Drain(SocketAddr, Duration),
+    /// SIGTERM for the job's own server once its metrics at `.0` show some of metric `.2`
+    /// (responses, or response bytes), at least `.1` after the start.
+    Drain(SocketAddr, Duration, &'static str),
 }
 
 /// How a job ended.
@@ -168,7 +178,7 @@ pub struct Job {
     fault: Option<Fault>,
     child: Child,
     relay: Option<Server>,
-    /// A server of the job's own ([`Kind::H3Drain`]).
+    /// A server of the job's own ([`Kind::H3Drain`], [`Kind::HqDrain`]).
     own_server: Option<Server>,
     started: Instant,
     dir: PathBuf,
@@ -211,7 +221,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// The HTTP/3 responses the metrics endpoint at `addr` counts; `None` when it does not
 /// answer (within a second).
-fn h3_responses(addr: SocketAddr) -> Option<u64> {
+fn metric_sum(addr: SocketAddr, metric: &str) -> Option<u64> {
     use std::io::{Read as _, Write as _};
     let limit = Duration::from_secs(1);
     let mut s = std::net::TcpStream::connect_timeout(&addr, limit).ok()?;
@@ -222,7 +232,7 @@ fn h3_responses(addr: SocketAddr) -> Option<u64> {
     s.read_to_string(&mut out).ok()?;
     let n: f64 = out
         .lines()
-        .filter(|l| l.starts_with("neqo_server_http3_responses_total"))
+        .filter(|l| l.starts_with(metric))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum();
     #[expect(
@@ -447,6 +457,7 @@ impl Job {
                 fault = Some(Fault::Drain(
                     metrics,
                     Duration::from_millis(rng.random_range(300..1500)),
+                    "neqo_server_http3_responses_total",
                 ));
                 let conns = rng.random_range(1..=4u64);
                 // Far more than is answered before the shutdown (all at once, fewer: a task
@@ -468,6 +479,36 @@ impl Job {
                     args.push("--parallel".into());
                 }
                 Expect::Drain { total: conns * n }
+            }
+            Kind::HqDrain => {
+                let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+                let report = dir.join("server.json");
+                // Half the jobs cut: a download far longer than half a second's drain.
+                let cut = rng.random_bool(0.5);
+                let (drain, bytes) = if cut {
+                    (Some("0.5"), 4_000_000_000u64)
+                } else {
+                    (None, 400_000_000)
+                };
+                let s = Server::start(
+                    Command::new(release_binary("neqo-server"))
+                        .args(["--listen", "127.0.0.1:0", "--workers", "1", "--metrics"])
+                        .arg(metrics.to_string())
+                        .arg("--json")
+                        .arg(&report)
+                        .args(drain.map(|d| ["--drain-timeout", d]).into_iter().flatten()),
+                    Duration::from_secs(20),
+                )
+                .map_err(|e| anyhow::anyhow!("neqo-server (to drain): {e}"))?;
+                target = s.addr();
+                own_server = Some(s);
+                fault = Some(Fault::Drain(
+                    metrics,
+                    Duration::from_millis(rng.random_range(300..1500)),
+                    "neqo_server_response_bytes_total",
+                ));
+                args.push(url(target, &format!("/{bytes}")));
+                Expect::CutOrWhole { bytes, report }
             }
             Kind::Slow => {
                 fault = Some(Fault::Stalls);
@@ -539,11 +580,11 @@ impl Job {
             }
             // Once responses flow (or after 20 s: a load that never started is the client's
             // verdict to give), the server's SIGTERM.
-            Some(Fault::Drain(metrics, after))
+            Some(Fault::Drain(metrics, after, metric))
                 if !self.signalled
                     && age >= after
                     && (age >= Duration::from_secs(20)
-                        || h3_responses(metrics).is_some_and(|n| n > 0)) =>
+                        || metric_sum(metrics, metric).is_some_and(|n| n > 0)) =>
             {
                 if let Some(s) = &self.own_server {
                     kill(s.id(), "-TERM");
@@ -583,11 +624,16 @@ impl Job {
             u(|r| r.failed_requests),
         );
         let (rejected, cancelled) = (u(|r| r.rejected_requests), u(|r| r.cancelled_requests));
-        // The job's own server, stopped by its SIGTERM (or now): its exit.
-        let own = self
-            .own_server
-            .take()
-            .map(|s| s.stop_within(Duration::from_secs(15)));
+        // The job's own server, stopped by its SIGTERM (or now): its exit. Once signalled it
+        // is only waited for: a second SIGTERM would end it at once.
+        let signalled = self.signalled;
+        let own = self.own_server.take().map(|s| {
+            if signalled {
+                s.wait(Duration::from_secs(45))
+            } else {
+                s.stop_within(Duration::from_secs(15))
+            }
+        });
         // The relay's own record, once it has stopped: how often it rebound the client (kept
         // beside the client's files, which stay when the job failed).
         let relay = self.relay.take().and_then(|r| r.stop().ok());
@@ -600,7 +646,10 @@ impl Job {
         let verdict = match &self.expect {
             _ if !status.success()
                 && self.fault.is_none_or(|f| matches!(f, Fault::Stalls))
-                && !matches!(self.expect, Expect::Drain { .. }) =>
+                && !matches!(
+                    self.expect,
+                    Expect::Drain { .. } | Expect::CutOrWhole { .. }
+                ) =>
             {
                 match self.expect {
                     Expect::Reset if stderr.contains("reset") => {
@@ -659,6 +708,40 @@ impl Job {
                 Some(Err(e)) => Verdict::Unexplained(format!("the drained server: {e}")),
                 None => Verdict::Unexplained("no server to drain".into()),
             },
+            Expect::CutOrWhole { bytes, report } => {
+                let cut_counted = neqo_report::ServerReport::read(report)
+                    .map(|r| r.cut_at_shutdown)
+                    .map_err(|e| e.to_string());
+                match (own, cut_counted) {
+                    (Some(Ok(m)), Ok(counted)) if m.success() && !m.killed => {
+                        let whole = status.success() && received == *bytes && failed == 0;
+                        let cut = !status.success()
+                            && failed == 1
+                            && rejected == 0
+                            && stderr.contains("cut: the server shut down")
+                            && !stderr.contains("safe to retry");
+                        match (whole, cut, counted) {
+                            (true, _, 0) => Verdict::Ok,
+                            (_, true, 1) => Verdict::Explained(
+                                "cut at the end of the drain period, as the server counted".into(),
+                            ),
+                            _ => Verdict::Unexplained(format!(
+                                "drained: {received} of {bytes} B, {failed} failed, {rejected} \
+                                 rejected, the server counted {counted} cut: {status}; {last_line}"
+                            )),
+                        }
+                    }
+                    (Some(Ok(m)), Ok(_)) => {
+                        Verdict::Unexplained(format!("the drained server's exit: {}", m.ending()))
+                    }
+                    (Some(Ok(m)), Err(e)) => Verdict::Unexplained(format!(
+                        "the drained server's report: {e} ({})",
+                        m.ending()
+                    )),
+                    (Some(Err(e)), _) => Verdict::Unexplained(format!("the drained server: {e}")),
+                    (None, _) => Verdict::Unexplained("no server to drain".into()),
+                }
+            }
             Expect::Transfer { requests: r, bytes } => {
                 if requests == *r && received == *bytes && failed == 0 {
                     Verdict::Ok

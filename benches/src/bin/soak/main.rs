@@ -115,6 +115,25 @@ mod linux {
         /// soak's server and the servers its drain jobs shut down.
         #[arg(long)]
         h3_service: bool,
+        /// Only jobs of these kinds (repeatable or comma-separated; the report's names with
+        /// dashes: `hq-drain`, `h3-page`, ...), in their mix's proportions: to look at one.
+        #[arg(long, value_delimiter = ',', value_parser = kind)]
+        only: Vec<Kind>,
+    }
+
+    /// `--only`: a kind by its name, dashes for spaces.
+    fn kind(v: &str) -> Result<Kind, String> {
+        Kind::MIX
+            .iter()
+            .map(|m| m.0)
+            .find(|k| k.name().replace(' ', "-") == v)
+            .ok_or_else(|| {
+                let names: Vec<String> = Kind::MIX
+                    .iter()
+                    .map(|m| m.0.name().replace(' ', "-"))
+                    .collect();
+                format!("{v}: not a kind of job ({})", names.join(", "))
+            })
     }
 
     /// `--minutes`: 0.5 to 600.
@@ -130,11 +149,16 @@ mod linux {
         Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
     }
 
-    /// A kind from the mix.
-    fn draw(rng: &mut StdRng) -> Kind {
-        let total: u32 = Kind::MIX.iter().map(|m| m.1).sum();
+    /// A kind from the mix (of the kinds in `only`, if any).
+    fn draw(rng: &mut StdRng, only: &[Kind]) -> Kind {
+        let mix = || {
+            Kind::MIX
+                .iter()
+                .filter(|m| only.is_empty() || only.contains(&m.0))
+        };
+        let total: u32 = mix().map(|m| m.1).sum();
         let mut x = rng.random_range(0..total);
-        for (kind, w) in Kind::MIX {
+        for &(kind, w) in mix() {
             if x < w {
                 return kind;
             }
@@ -300,7 +324,7 @@ mod linux {
             while running.len() < a.clients {
                 n += 1;
                 running.push(Job::start(
-                    draw(&mut rng),
+                    draw(&mut rng, &a.only),
                     n,
                     (addr, a.h3_service),
                     &jobs_dir,

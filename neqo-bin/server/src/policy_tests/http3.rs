@@ -57,13 +57,16 @@ pub(super) fn exchange_with(
     mut each_turn: impl FnMut(&mut Driver, &mut ServerApp, Instant),
 ) -> (ServerReport, Client) {
     let (net, mut server, mut app, mut client_driver) = super::worker_and_client(config);
-    // The file reads run on tokio's blocking pool, in real time: when nothing is due in
-    // virtual time, the loop waits for them (bounded).
+    // The file reads run on tokio's blocking pool, in real time: while the client waits for
+    // an answer and nothing is due soon in virtual time, the loop waits for the server to be
+    // woken by one (a long jump of the clock would time the connection out), for at most
+    // `FILE_READ` of real time, a hang guard.
+    const FILE_READ: std::time::Duration = std::time::Duration::from_secs(10);
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     let _entered = runtime.enter();
-    let mut waits = 0;
     let mut ended = false;
     for _ in 0..TURNS {
         let s = net.turn(&mut server, &mut app).unwrap();
@@ -81,12 +84,15 @@ pub(super) fn exchange_with(
             .flatten()
             .min();
         let far = next.is_none_or(|n| n > net.now() + std::time::Duration::from_millis(50));
-        if !queued && far && waits < 20 {
-            waits += 1;
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            continue;
+        if !queued && far && c.waiting() {
+            let woken = runtime.block_on(tokio::time::timeout(
+                FILE_READ,
+                std::future::poll_fn(|cx| neqo_driver::Application::poll_wake(&mut app, cx)),
+            ));
+            if woken.is_ok() {
+                continue;
+            }
         }
-        waits = 0;
         assert!(
             net.advance(&[s.deadline, t.deadline], queued),
             "stalled, with no file read to wait for"
