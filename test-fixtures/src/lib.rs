@@ -3,13 +3,15 @@
 //! run a client command to its end within a deadline, and measure each (exit code, wall time,
 //! CPU time, peak RSS, the end of its output), all from `neqo-process`, which `neqo-loopback`
 //! shares; find and build the workspace's binaries; and (Linux) network namespaces to shape or
-//! resize a loopback device in ([`netns`]).
+//! resize a loopback device in ([`netns`]); and the metrics endpoint's exposition parsed
+//! strictly ([`openmetrics`]).
 //!
 //! The `interop` binary, the neqo/msquic interop matrix, is built on it.
 
 mod locate;
 #[cfg(target_os = "linux")]
 pub mod netns;
+pub mod openmetrics;
 mod peer;
 
 pub use locate::{

@@ -46,6 +46,20 @@ struct Request {
 }
 
 impl Request {
+    /// It is over at `now`, failed with `error` or not: counted, its latency recorded if it
+    /// succeeded.
+    fn ended(self, s: &mut Shared, now: Instant, error: Option<String>) {
+        s.last_fin = Some(now);
+        if let Some(e) = error {
+            s.report.failed_requests += 1;
+            s.fail(e);
+        } else {
+            s.report.requests += 1;
+            s.latencies
+                .record(now.saturating_duration_since(self.opened));
+        }
+    }
+
     /// Starts the next write of its output if one is due; returns whether it did.
     fn start_write(
         &mut self,
@@ -329,6 +343,13 @@ impl Open {
             .is_some_and(|r| r.token == done.token)
     }
 
+    /// The request whose write `done` is, if it is still here.
+    fn writer_of(&mut self, done: &WriteDone) -> Option<&mut Request> {
+        self.streams
+            .get_mut(&done.id)
+            .filter(|r| r.token == done.token)
+    }
+
     /// Whether it is gone: closed, or lost with nothing left to save.
     pub(super) fn gone(&self) -> bool {
         self.closed || (self.lost && self.streams.is_empty())
@@ -337,11 +358,7 @@ impl Open {
     /// A write job of a request whose connection ended after its whole response arrived
     /// ([`lost`](Self::lost)): the next write, or the request's end.
     pub(super) fn write_done_lost(&mut self, s: &mut Shared, done: WriteDone, now: Instant) {
-        let Some(req) = self
-            .streams
-            .get_mut(&done.id)
-            .filter(|r| r.token == done.token)
-        else {
+        let Some(req) = self.writer_of(&done) else {
             return;
         };
         let Some(out) = &mut req.output else {
@@ -363,17 +380,8 @@ impl Open {
                 out.sink()
             )),
         };
-        let Some(req) = self.streams.remove(&done.id) else {
-            return;
-        };
-        s.last_fin = Some(now);
-        if let Some(e) = error {
-            s.report.failed_requests += 1;
-            s.fail(e);
-        } else {
-            s.report.requests += 1;
-            s.latencies
-                .record(now.saturating_duration_since(req.opened));
+        if let Some(req) = self.streams.remove(&done.id) {
+            req.ended(s, now, error);
         }
     }
 
@@ -385,11 +393,7 @@ impl Open {
         done: WriteDone,
         now: Instant,
     ) {
-        let Some(req) = self
-            .streams
-            .get_mut(&done.id)
-            .filter(|r| r.token == done.token)
-        else {
+        let Some(req) = self.writer_of(&done) else {
             return;
         };
         let Some(out) = &mut req.output else {
@@ -422,15 +426,7 @@ impl Open {
         let Some(req) = self.streams.remove(&id) else {
             return;
         };
-        s.last_fin = Some(now);
-        if let Some(e) = error {
-            s.report.failed_requests += 1;
-            s.fail(e);
-        } else {
-            s.report.requests += 1;
-            s.latencies
-                .record(now.saturating_duration_since(req.opened));
-        }
+        req.ended(s, now, error);
         self.open_streams(s, conn, now);
         if self.outstanding() == 0 {
             s.report.connections += 1;

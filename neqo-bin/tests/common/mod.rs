@@ -47,7 +47,7 @@ pub fn scrape(addr: SocketAddr) -> HashMap<String, f64> {
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
     assert!(head.contains("application/openmetrics-text"), "{head}");
     assert!(body.ends_with("# EOF\n"), "OpenMetrics ends so");
-    if let Err(e) = strict_parse(body) {
+    if let Err(e) = test_fixtures::openmetrics::strict_parse(body) {
         panic!("not valid OpenMetrics: {e}\n{body}");
     }
     body.lines()
@@ -57,28 +57,6 @@ pub fn scrape(addr: SocketAddr) -> HashMap<String, f64> {
             Some((k.to_owned(), v.parse().ok()?))
         })
         .collect()
-}
-
-/// `text` parsed by `openmetrics-parser`, which refuses what a scraper refuses (a family
-/// written twice or interleaved, a counter without `_total`, no `# EOF`). It also refuses
-/// one valid thing, a histogram's `# UNIT` (the spec forbids units on info and stateset
-/// families only): those lines are left out for it.
-pub fn strict_parse(text: &str) -> Result<(), String> {
-    let histograms: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram"))
-        .collect();
-    let kept: String = text
-        .split_inclusive('\n')
-        .filter(|l| {
-            l.strip_prefix("# UNIT ")
-                .and_then(|rest| rest.split(' ').next())
-                .is_none_or(|name| !histograms.contains(&name))
-        })
-        .collect();
-    openmetrics_parser::openmetrics::parse_openmetrics(&kept)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
 }
 
 /// Stops a `neqo-server` child (SIGTERM, bounded), checks that it exited cleanly, and reads

@@ -221,6 +221,20 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// The HTTP/3 responses the metrics endpoint at `addr` counts; `None` when it does not
 /// answer (within a second).
+/// A server of a drain job's own: `cmd` (`neqo-server` and the job's settings) on a free
+/// port of 127.0.0.1, one worker, its metrics on another; started, with where its metrics
+/// are.
+fn server_to_drain(cmd: &mut Command) -> anyhow::Result<(Server, SocketAddr)> {
+    let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    let s = Server::start(
+        cmd.args(["--listen", "127.0.0.1:0", "--workers", "1", "--metrics"])
+            .arg(metrics.to_string()),
+        Duration::from_secs(20),
+    )
+    .map_err(|e| anyhow::anyhow!("neqo-server (to drain): {e}"))?;
+    Ok((s, metrics))
+}
+
 fn metric_sum(addr: SocketAddr, metric: &str) -> Option<u64> {
     use std::io::{Read as _, Write as _};
     let limit = Duration::from_secs(1);
@@ -433,25 +447,10 @@ impl Job {
                 }
             }
             Kind::H3Drain => {
-                let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
-                let s = Server::start(
-                    Command::new(release_binary("neqo-server"))
-                        .args([
-                            "--listen".into(),
-                            "127.0.0.1:0".into(),
-                            "--alpn".into(),
-                            "h3".into(),
-                            "--workers".into(),
-                            "1".into(),
-                            "--drain-timeout".into(),
-                            "5".into(),
-                            "--metrics".into(),
-                            metrics.to_string(),
-                        ])
-                        .args(h3_service.then_some("--h3-service")),
-                    Duration::from_secs(20),
-                )
-                .map_err(|e| anyhow::anyhow!("neqo-server (to drain): {e}"))?;
+                let mut cmd = Command::new(release_binary("neqo-server"));
+                cmd.args(["--alpn", "h3", "--drain-timeout", "5"])
+                    .args(h3_service.then_some("--h3-service"));
+                let (s, metrics) = server_to_drain(&mut cmd)?;
                 target = s.addr();
                 own_server = Some(s);
                 fault = Some(Fault::Drain(
@@ -481,7 +480,6 @@ impl Job {
                 Expect::Drain { total: conns * n }
             }
             Kind::HqDrain => {
-                let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
                 let report = dir.join("server.json");
                 // Half the jobs cut: a download far longer than half a second's drain.
                 let cut = rng.random_bool(0.5);
@@ -490,16 +488,11 @@ impl Job {
                 } else {
                     (None, 400_000_000)
                 };
-                let s = Server::start(
-                    Command::new(release_binary("neqo-server"))
-                        .args(["--listen", "127.0.0.1:0", "--workers", "1", "--metrics"])
-                        .arg(metrics.to_string())
-                        .arg("--json")
-                        .arg(&report)
-                        .args(drain.map(|d| ["--drain-timeout", d]).into_iter().flatten()),
-                    Duration::from_secs(20),
-                )
-                .map_err(|e| anyhow::anyhow!("neqo-server (to drain): {e}"))?;
+                let mut cmd = Command::new(release_binary("neqo-server"));
+                cmd.arg("--json")
+                    .arg(&report)
+                    .args(drain.map(|d| ["--drain-timeout", d]).into_iter().flatten());
+                let (s, metrics) = server_to_drain(&mut cmd)?;
                 target = s.addr();
                 own_server = Some(s);
                 fault = Some(Fault::Drain(

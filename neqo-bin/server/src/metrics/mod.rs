@@ -551,27 +551,9 @@ mod tests {
 
     use super::{Board, ServerReport, openmetrics, test_certificates};
 
-    /// `text` parsed by `openmetrics-parser`, a strict parser (it passes the OpenMetrics
-    /// conformance suite). It refuses one valid thing: a histogram with a unit (only info and
-    /// stateset families must have none, says the spec); those `# UNIT` lines are left out
-    /// for it, and `openmetrics::check` holds the unit to its rule instead.
-    pub(super) fn strict_parse(text: &str) -> Result<(), String> {
-        let histograms: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram"))
-            .collect();
-        let kept: String = text
-            .split_inclusive('\n')
-            .filter(|l| {
-                l.strip_prefix("# UNIT ")
-                    .and_then(|rest| rest.split(' ').next())
-                    .is_none_or(|name| !histograms.contains(&name))
-            })
-            .collect();
-        openmetrics_parser::openmetrics::parse_openmetrics(&kept)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
+    /// The strict parser, as the integration tests use it (`openmetrics::check` holds the
+    /// unit rule it leaves out).
+    pub(super) use test_fixtures::openmetrics::strict_parse;
 
     /// A board of two workers with every family there is, some samples counted.
     fn board() -> Board {
