@@ -11,6 +11,7 @@
 mod locate;
 #[cfg(target_os = "linux")]
 pub mod netns;
+#[cfg(feature = "openmetrics")]
 pub mod openmetrics;
 mod peer;
 
