@@ -1,7 +1,8 @@
 //! Settings from a config file (`--config`), environment variables (`NEQO_SERVER_*`,
 //! `NEQO_CLIENT_*`) and flags, in that order of precedence, for both binaries as real
-//! processes over loopback; and each kind of bad file refused at start, naming the file, the
-//! line and the key.
+//! processes over loopback; each kind of bad file refused at start, naming the file, the
+//! line and the key, and each kind of file that is no config (a device, a FIFO, a huge one)
+//! refused at once.
 
 use std::{
     path::{Path, PathBuf},
@@ -51,14 +52,32 @@ fn start(cmd: &mut Command) -> Server {
 }
 
 fn refused(cmd: &mut Command) -> String {
+    refused_with(cmd).1
+}
+
+/// A refusal's exit code and stderr: not killed at the hang guard, nothing bound.
+fn refused_with(cmd: &mut Command) -> (Option<i32>, String) {
     let out: Measured = run(cmd, LIMIT).unwrap();
+    assert!(!out.killed, "hung: {}", out.stderr);
     assert!(!out.success(), "started: {}", out.stdout);
     assert!(
         !out.stdout.contains("listening"),
         "bound before refusing: {}",
         out.stdout
     );
-    out.stderr.trim_end().to_owned()
+    (out.code, out.stderr.trim_end().to_owned())
+}
+
+/// `neqo-client` with `args` and the variables `env` (and no other `NEQO_CLIENT_*`).
+fn client(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_neqo-client"));
+    c.args(args).envs(env.iter().copied());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("NEQO_CLIENT_") && !env.iter().any(|(e, _)| k == *e) {
+            c.env_remove(k);
+        }
+    }
+    c
 }
 
 /// A client fetch of `/N` from `server` with `args`; its output.
@@ -417,4 +436,121 @@ fn verbose_flags_set_the_log_level_over_rust_log() {
     assert!(debug_lines(&[], "debug") > 0, "RUST_LOG=debug");
     assert_eq!(debug_lines(&["-v"], "debug"), 0, "-v over RUST_LOG=debug");
     s.stop().unwrap();
+}
+
+/// Makes a FIFO at `path` (the `mkfifo` command: no unsafe code here).
+#[cfg(unix)]
+fn mkfifo(path: &Path) {
+    let ok = Command::new("mkfifo").arg(path).status().unwrap().success();
+    assert!(ok, "mkfifo {}", path.display());
+}
+
+/// Every kind of file that is no config, or that others could change, is refused at once by
+/// both binaries, the file named and what is wrong with it said: nothing is read from a device
+/// (`/dev/zero` would fill the memory) or a FIFO (one with no writer would hang the start),
+/// nothing past 1 MiB, no text that is not UTF-8, no loop of links, no nesting deeper than the
+/// TOML parser's bound (an error, not a stack overflow), no file every user may write or (as
+/// root, who can give one away) one of another user's. A link to a good file is followed.
+#[cfg(unix)]
+#[test]
+fn files_that_are_no_config_are_refused_by_both_binaries() {
+    use std::os::unix::fs::{PermissionsExt as _, chown, symlink};
+
+    let d = dir("no-config");
+    let at = |name: &str| d.join(name).to_str().unwrap().to_owned();
+    let huge = write(&d.join("huge.toml"), &"# a comment\n".repeat(100_000));
+    let fifo = at("fifo.toml");
+    mkfifo(Path::new(&fifo));
+    let directory = at("a-directory");
+    std::fs::create_dir(&directory).unwrap();
+    let (loop_a, loop_b) = (at("loop-a"), at("loop-b"));
+    symlink(&loop_b, &loop_a).unwrap();
+    symlink(&loop_a, &loop_b).unwrap();
+    let latin1 = at("latin1.toml");
+    std::fs::write(&latin1, b"workers = 1\nroot = \"caf\xe9\"\n").unwrap();
+    let everyone = write(&d.join("everyone.toml"), "workers = 1\n");
+    std::fs::set_permissions(&everyone, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut cases = vec![
+        (
+            huge.as_str(),
+            "1200000 bytes; a config file holds at most 1048576 (1 MiB)",
+        ),
+        ("/dev/zero", "a character device, not a regular file"),
+        (&fifo, "a FIFO (named pipe), not a regular file"),
+        (&directory, "a directory, not a regular file"),
+        (&loop_a, "cannot read it: symbolic links in a loop"),
+        (
+            &latin1,
+            "not UTF-8: a byte that is no character at line 2, column 12 (byte 23); a config \
+             file is UTF-8 text",
+        ),
+        (&everyone, "writable by every user (mode 0666)"),
+    ];
+    let theirs = write(&d.join("theirs.toml"), "workers = 1\n");
+    if chown(&theirs, Some(4242), None).is_ok() {
+        cases.push((
+            &theirs,
+            "owned by user 4242, neither this user (0) nor root",
+        ));
+    } else {
+        eprintln!("not root: a file of another user's cannot be made to try the owner rule");
+    }
+    for (file, want) in &cases {
+        let want = format!("--config {file}: {want}");
+        let (code, e) = refused_with(&mut server(&["--config", file], &[]));
+        assert_eq!(code, Some(1), "{e}");
+        assert!(e.starts_with(&format!("neqo-server: error: {want}")), "{e}");
+        let (code, e) = refused_with(&mut client(
+            &["--config", file, "https://127.0.0.1:9/1"],
+            &[],
+        ));
+        assert_eq!(code, Some(1), "{e}");
+        assert!(e.starts_with(&format!("neqo-client: error: {want}")), "{e}");
+    }
+    // A file named by a variable: read the same way.
+    let (_, e) = refused_with(&mut server(&[], &[("NEQO_SERVER_CONFIG", "/dev/zero")]));
+    assert!(
+        e.starts_with("neqo-server: error: --config /dev/zero: a character device"),
+        "{e}"
+    );
+    let (_, e) = refused_with(&mut client(
+        &["https://127.0.0.1:9/1"],
+        &[("NEQO_CLIENT_CONFIG", &fifo)],
+    ));
+    assert!(
+        e.starts_with(&format!("neqo-client: error: --config {fifo}: a FIFO")),
+        "{e}"
+    );
+    // A megabyte of `[`: the parser's depth bound, said in one short line (not the line quoted).
+    let deep = write(
+        &d.join("deep.toml"),
+        &format!("a = {}\n", "[".repeat((1 << 20) - 5)),
+    );
+    for (what, mut cmd) in [
+        ("server", server(&["--config", &deep], &[])),
+        (
+            "client",
+            client(&["--config", &deep, "https://127.0.0.1:9/1"], &[]),
+        ),
+    ] {
+        let (code, e) = refused_with(&mut cmd);
+        assert_eq!(code, Some(1), "{what}: {e}");
+        assert!(
+            e.contains(&format!("{deep}: TOML parse error at line 1, column "))
+                && e.contains("cannot recurse further")
+                && e.len() < 300,
+            "{what}: {e}"
+        );
+    }
+    // A link to a good file is followed.
+    let good = write(
+        &d.join("good.toml"),
+        "listen = \"127.0.0.1:0\"\nworkers = 1\n",
+    );
+    let link = at("link.toml");
+    symlink(&good, &link).unwrap();
+    start(&mut server(&["--config", &link], &[]))
+        .stop()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&d);
 }

@@ -32,7 +32,8 @@ as curl does; a generated /N body (the pattern, checked byte by byte either way)
 pub struct ClientArgs {
     /// Read settings from this TOML file: its keys are the long flag names (`alpn = "h3"`,
     /// `insecure = true`). A flag overrides an environment variable (`NEQO_CLIENT_ALPN` for
-    /// --alpn), which overrides the file.
+    /// --alpn), which overrides the file. The file: a regular file (symbolic links followed)
+    /// of at most 1 MiB of UTF-8, owned by this user or root, not writable by every user.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log more: -v info, -vv debug, -vvv trace (over RUST_LOG, which takes a full filter).

@@ -6,20 +6,25 @@
 //! The file's settings become flags placed before the user's, each only where neither a flag
 //! nor a variable sets it, so one parser checks all three alike. Every key and value of the
 //! file is checked first, so that a bad one is refused with the file, line and key named
-//! rather than as a flag the user never typed.
+//! rather than as a flag the user never typed. The file itself is read within bounds
+//! ([`read_config`]).
 
 use std::{
     collections::BTreeMap,
     ffi::OsString,
+    io::Read as _,
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use clap::{ArgAction, ArgMatches, Command, FromArgMatches, parser::ValueSource};
 use toml::{Spanned, Value};
 
 /// The flag naming the file.
 const CONFIG: &str = "config";
+
+/// The most a config file may hold, read into memory whole: far more than any real one.
+pub const MAX_CONFIG: u64 = 1 << 20;
 
 /// Arguments that are settings, which a variable or a key may set: not `--help`, `--version`
 /// or `-v` (`RUST_LOG` is its variable), nor positional arguments.
@@ -169,6 +174,131 @@ pub enum LayerError {
     File(anyhow::Error),
 }
 
+/// The text of the config file at `path`, read within bounds: opened without blocking (a
+/// FIFO would wait for a writer for ever), a regular file only (not a FIFO, a device such as
+/// /dev/zero, a directory or a socket), at most [`MAX_CONFIG`] bytes however it grows while
+/// being read, UTF-8. Symbolic links are followed (configs are often links into a managed
+/// tree); a loop of them is named as such. On Unix a file every user may write, or that
+/// belongs to neither this user nor root, is refused: whoever can change it changes the
+/// settings. Not the secret file's rules: a config is not secret.
+///
+/// # Errors
+/// Each of those, naming `--config` and the file.
+pub fn read_config(path: &Path) -> anyhow::Result<String> {
+    let shown = path.display();
+    let refuse = |why: String| anyhow::anyhow!("--config {shown}: {why}");
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options
+        .open(path)
+        .map_err(|e| refuse(open_error(path, &e)))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    if !meta.is_file() {
+        return Err(refuse(format!(
+            "{}, not a regular file",
+            kind(&meta.file_type())
+        )));
+    }
+    #[cfg(unix)]
+    hygiene(&meta).map_err(refuse)?;
+    if meta.len() > MAX_CONFIG {
+        return Err(refuse(format!(
+            "{} bytes; a config file holds at most {MAX_CONFIG} (1 MiB)",
+            meta.len()
+        )));
+    }
+    // One byte more than allowed tells a file that grew past the cap from one that fits.
+    let mut bytes = Vec::new();
+    (&file)
+        .take(MAX_CONFIG + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_CONFIG {
+        return Err(refuse(format!(
+            "grew past {MAX_CONFIG} bytes while being read; a config file holds at most 1 MiB"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| refuse(not_utf8(e.as_bytes(), e.utf8_error())))
+}
+
+/// Why the open of a config file failed, in words: a loop of symbolic links, or what the
+/// path is when it is no file (a socket cannot be opened at all).
+fn open_error(path: &Path, e: &std::io::Error) -> String {
+    #[cfg(unix)]
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return format!("cannot read it: symbolic links in a loop, or too many in a row ({e})");
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => format!("{}, not a regular file", kind(&m.file_type())),
+        _ => format!("cannot read it: {e}"),
+    }
+}
+
+/// What a file that is not a regular one is.
+fn kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }
+}
+
+/// Refuses a config file others could change: writable by every user, or owned by another
+/// user than this one or root.
+#[cfg(unix)]
+fn hygiene(meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o002 != 0 {
+        return Err(format!(
+            "writable by every user (mode {mode:04o}), any of whom could change the settings; \
+             `chmod o-w` it"
+        ));
+    }
+    let (owner, me) = (meta.uid(), super::os::effective_uid());
+    if owner != me && owner != 0 {
+        return Err(format!(
+            "owned by user {owner}, neither this user ({me}) nor root, and that user could \
+             change the settings; `chown` it"
+        ));
+    }
+    Ok(())
+}
+
+/// Where text that is not UTF-8 goes wrong, as a line and column.
+fn not_utf8(bytes: &[u8], e: std::str::Utf8Error) -> String {
+    let valid = &bytes[..e.valid_up_to()];
+    let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = std::str::from_utf8(&valid[line_start..]).map_or(0, |s| s.chars().count()) + 1;
+    format!(
+        "not UTF-8: a byte that is no character at line {line}, column {column} (byte {}); \
+         a config file is UTF-8 text",
+        e.valid_up_to()
+    )
+}
+
 /// The flags the file at `path` stands for, each with its key's line: those that `given`
 /// (the flags and variables) leaves unset.
 fn file_flags(
@@ -177,11 +307,25 @@ fn file_flags(
     path: &Path,
 ) -> anyhow::Result<(Vec<OsString>, BTreeMap<String, usize>)> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("--config {shown}: cannot read it"))?;
-    let table: BTreeMap<Spanned<String>, Spanned<Value>> =
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    let text = read_config(path)?;
     let line = |at: usize| text[..at].matches('\n').count() + 1;
+    let table: BTreeMap<Spanned<String>, Spanned<Value>> = toml::from_str(&text).map_err(|e| {
+        // Not toml's own rendering, which quotes the line: all of it, however long.
+        let at = e.span().map_or(0, |s| s.start).min(text.len());
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let column = text[start..at].chars().count() + 1;
+        let why: Vec<&str> = e
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        anyhow::anyhow!(
+            "{shown}: TOML parse error at line {}, column {column}: {}",
+            line(at),
+            why.join("; ")
+        )
+    })?;
     let mut flags = Vec::new();
     let mut from_file = BTreeMap::new();
     for (key, value) in &table {
@@ -268,4 +412,21 @@ fn clap_reason(e: &clap::Error) -> String {
         .map(|l| l.strip_prefix("error: ").unwrap_or(l))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Text that is not UTF-8 is placed by line and character, not only by byte.
+    #[test]
+    fn not_utf8_is_placed_by_line_and_column() {
+        let bytes = b"workers = 1\nroot = \"caf\xc3\xa9 \xff\"\n";
+        let e = String::from_utf8(bytes.to_vec()).unwrap_err().utf8_error();
+        assert_eq!(
+            not_utf8(bytes, e),
+            "not UTF-8: a byte that is no character at line 2, column 14 (byte 26); a config \
+             file is UTF-8 text"
+        );
+    }
 }

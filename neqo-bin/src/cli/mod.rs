@@ -78,6 +78,7 @@ pub struct IoArgs {
 mod checks;
 mod choices;
 mod layers;
+mod os;
 pub use choices::{CcArg, CipherSuiteArg, PacingTimerArg, RetryPolicyArg, SteeringArg};
 mod client;
 mod server;

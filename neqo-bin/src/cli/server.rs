@@ -32,7 +32,9 @@ use super::{
 pub struct ServerArgs {
     /// Read settings from this TOML file: its keys are the long flag names (`listen =
     /// "[::]:443"`, `alpn = ["h3"]`, `keylog = true`). A flag overrides an environment
-    /// variable (`NEQO_SERVER_LISTEN` for --listen), which overrides the file.
+    /// variable (`NEQO_SERVER_LISTEN` for --listen), which overrides the file. The file: a
+    /// regular file (symbolic links followed) of at most 1 MiB of UTF-8, owned by this user or
+    /// root, not writable by every user.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log more: -v info, -vv debug, -vvv trace (over RUST_LOG, which takes a full filter).
