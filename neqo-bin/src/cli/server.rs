@@ -1,6 +1,6 @@
 //! `neqo-server`'s command line.
 
-use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
 
 use anyhow::{Context as _, bail};
 use neqo_driver::tls::{self, Certificates, Identity};
@@ -15,7 +15,7 @@ use clap::CommandFactory as _;
 mod reload;
 mod settings;
 pub use reload::AccessLogFormatArg;
-use reload::{Reread, access_log, identities, reloading};
+use reload::{Reloader, Reread, access_log, identities, reloading};
 
 use super::{
     FLEET, IoArgs, LIMITS, LISTENING, OBSERVABILITY, RetryPolicyArg, SteeringArg, check_seconds,
@@ -280,10 +280,21 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
             tls::Secrets::Kept
         },
     };
+    // The reloads' threads (the blocking pool's, which nothing else here uses) are named
+    // for what they do, in a stack dump or `top -H`.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .thread_name("neqo-reload")
         .build()?;
-    let reopen = log.as_ref().zip(args.access_log.as_deref());
+    let reloader = Arc::new(Reloader {
+        reread,
+        certificates: certificates.clone(),
+        self_signed,
+        log: log
+            .clone()
+            .zip(args.access_log.clone())
+            .filter(|(_, path)| path.as_os_str() != "-"),
+    });
     let report = rt.block_on(async move {
         // Before anything binds: a signal is acted on from the moment the server listens.
         let stopping = if drain.is_zero() {
@@ -313,10 +324,11 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
             );
         }
         let run = server.run(shutdown);
-        reloading(run, hangups, &certificates, &reread, self_signed, reopen)
-            .await
-            .map_err(flagged)
-    })?;
+        reloading(run, hangups, reloader).await.map_err(flagged)
+    });
+    // A reload given up at its deadline may still wait on a file: not for it.
+    rt.shutdown_background();
+    let report = report?;
     if let Some(log) = &log {
         log.close().context("--access-log")?;
         if let Some(lost) = access_log_losses(log) {
