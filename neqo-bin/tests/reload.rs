@@ -3,7 +3,8 @@
 //! of another certificate) keeps the old one served. The choice by SNI among several is
 //! neqo-driver's `tls::certificates` tests. And SIGHUP itself: a reload that waits on a file
 //! (a FIFO) is given up and SIGINT/SIGTERM still stop the server, SIGHUPs that come while one
-//! runs fold into one more, and a burst of them leaves a download whole.
+//! runs fold into one more, a burst of them leaves a download whole, and a reload names the
+//! settings that changed but apply only at a start.
 #![cfg(unix)]
 
 mod common;
@@ -502,5 +503,65 @@ fn a_burst_of_sighups_during_a_download() {
     );
     let out = server.stop().unwrap();
     assert!(!out.killed && out.success(), "{}", out.stderr);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A reload applies the certificates and names every other setting that changed, which the
+/// server keeps as it started with until a restart: a changed worker count, then a changed
+/// address too; the server still answers where it listened.
+#[test]
+fn a_reload_names_the_settings_that_apply_only_at_a_start() {
+    let d = dir("changed");
+    let (a, b) = (new_pem(), new_pem());
+    let ca_a = put(&d.join("a.pem"), &a.cert);
+    let key_a = put(&d.join("a.key"), &a.key);
+    let ca_b = put(&d.join("b.pem"), &b.cert);
+    let key_b = put(&d.join("b.key"), &b.key);
+    let cfg = d.join("s.toml");
+    let config = |listen: &str, workers: usize, cert: &str, key: &str| {
+        put(
+            &cfg,
+            &format!(
+                "listen = \"{listen}\"\nworkers = {workers}\ntls-cert = {cert:?}\ntls-key = \
+                 {key:?}\n"
+            ),
+        )
+    };
+    let server = from_config(&config("127.0.0.1:0", 1, &ca_a, &key_a), &[]);
+    hangup(&server);
+    let err = wait_for(
+        &server,
+        "neqo-server: SIGHUP: serving 1 certificate(s) read again",
+        1,
+    );
+    assert!(!err.contains("changed"), "nothing changed: {err}");
+
+    config("127.0.0.1:0", 2, &ca_b, &key_b);
+    hangup(&server);
+    let err = wait_for(
+        &server,
+        "neqo-server: SIGHUP: --workers changed: it applies at the next start",
+        1,
+    );
+    assert_eq!(
+        err.matches("serving 1 certificate(s) read again").count(),
+        2
+    );
+    assert!(fetch(&server, "/1000", &ca_b).success(), "b applied");
+
+    config("127.0.0.1:1", 2, &ca_b, &key_b);
+    hangup(&server);
+    wait_for(
+        &server,
+        "neqo-server: SIGHUP: --listen, --workers changed: they apply at the next start",
+        1,
+    );
+    assert!(
+        fetch(&server, "/1000", &ca_b).success(),
+        "still where it was"
+    );
+    let out = server.stop().unwrap();
+    assert!(!out.killed && out.success(), "{}", out.stderr);
+    assert!(!out.stderr.contains("--tls-"), "applied: {}", out.stderr);
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -69,6 +69,45 @@ pub struct Parsed<T> {
     pub from_file: BTreeMap<String, usize>,
     /// For each flag a variable set (its long name), the variable.
     pub from_env: BTreeMap<String, String>,
+    /// Every setting's values, to tell which changed when the settings are read again.
+    pub values: Values,
+}
+
+/// Every setting's values as given (their text; a default's too), by long name, in the
+/// order of `--help`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Values(Vec<(String, Vec<OsString>)>);
+
+impl Values {
+    fn of(cmd: &Command, matches: &ArgMatches) -> Self {
+        Self(
+            cmd.get_arguments()
+                .filter(|a| is_setting(a))
+                .map(|a| {
+                    let values = matches
+                        .get_raw(a.get_id().as_str())
+                        .map(|v| v.map(ToOwned::to_owned).collect())
+                        .unwrap_or_default();
+                    (a.get_long().unwrap_or_default().to_owned(), values)
+                })
+                .collect(),
+        )
+    }
+
+    /// The settings (long names) whose values differ in `other` (the same command's), in
+    /// order, but for those named in `except`.
+    #[must_use]
+    pub fn changed(&self, other: &Self, except: &[&str]) -> Vec<String> {
+        let theirs: BTreeMap<&str, &Vec<OsString>> =
+            other.0.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        self.0
+            .iter()
+            .filter(|(long, values)| {
+                !except.contains(&long.as_str()) && theirs.get(long.as_str()) != Some(&values)
+            })
+            .map(|(long, _)| long.clone())
+            .collect()
+    }
 }
 
 impl<T> Parsed<T> {
@@ -133,6 +172,7 @@ pub fn parse<T: FromArgMatches>(
             file: None,
             from_file: BTreeMap::new(),
             from_env: set_by_env(cmd, &matches),
+            values: Values::of(cmd, &matches),
         });
     };
     let (flags, from_file) = file_flags(cmd, &given, &file).map_err(LayerError::File)?;
@@ -151,6 +191,7 @@ pub fn parse<T: FromArgMatches>(
         file: Some(file),
         from_file,
         from_env: set_by_env(cmd, &matches),
+        values: Values::of(cmd, &matches),
     })
 }
 
@@ -416,7 +457,50 @@ fn clap_reason(e: &clap::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory as _;
+
     use super::*;
+    use crate::cli::ServerArgs;
+
+    fn values(args: &[&str]) -> Values {
+        // No variables: the settings come from `args` alone, whatever this process's
+        // environment holds.
+        let cmd = ServerArgs::command();
+        let argv = std::iter::once("neqo-server").chain(args.iter().copied());
+        parse::<ServerArgs>(&cmd, argv.map(OsString::from).collect())
+            .unwrap_or_else(|_| panic!("{args:?}"))
+            .values
+    }
+
+    /// The settings that differ are named by their flags, in `--help`'s order, whatever the
+    /// order or spelling they were given in; those excepted and those equal are not.
+    #[test]
+    fn changed_settings_are_named_by_their_flags() {
+        let start = values(&["--workers", "1", "--tls-cert", "a", "--tls-key", "b"]);
+        assert!(start.changed(&start, &[]).is_empty());
+        let again = values(&[
+            "--tls-key=d",
+            "--workers=2",
+            "--cert",
+            "c",
+            "--listen",
+            "127.0.0.1:1",
+        ]);
+        assert_eq!(
+            start.changed(&again, &["tls-cert", "tls-key"]),
+            ["listen", "workers"]
+        );
+        assert_eq!(
+            start.changed(&again, &[]),
+            ["listen", "tls-cert", "tls-key", "workers"]
+        );
+        // A default given as a flag is the same value.
+        assert!(
+            values(&["--retry", "auto"])
+                .changed(&values(&[]), &[])
+                .is_empty()
+        );
+    }
 
     /// Text that is not UTF-8 is placed by line and character, not only by byte.
     #[test]

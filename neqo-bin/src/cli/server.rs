@@ -19,7 +19,9 @@ use reload::{Reloader, Reread, access_log, identities, reloading};
 
 use super::{
     FLEET, IoArgs, LIMITS, LISTENING, OBSERVABILITY, RetryPolicyArg, SteeringArg, check_seconds,
-    init_logging_verbose, layers, parse_size, shutdown_signal, write_json,
+    init_logging_verbose,
+    layers::{self, Values},
+    parse_size, shutdown_signal, write_json,
 };
 
 /// `neqo-server` flags.
@@ -157,7 +159,8 @@ pub struct ServerArgs {
 #[must_use]
 pub fn server_main(args: ServerArgs) -> ExitCode {
     let again = args.clone();
-    finish(serve(args, Box::new(move || Ok(again.clone()))).map_err(|e| format!("{e:#}")))
+    let reread: Reread = Box::new(move || Ok((again.clone(), Values::default())));
+    finish(serve(args, Values::default(), reread).map_err(|e| format!("{e:#}")))
 }
 
 /// `neqo-server`'s `main`: its settings from the flags, the environment (`NEQO_SERVER_*`) and
@@ -175,12 +178,15 @@ pub fn server_from_env() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let reread: Reread = Box::new(
         move || match layers::parse::<ServerArgs>(&cmd, argv.clone()) {
-            Ok(parsed) => Ok(parsed.args),
+            Ok(parsed) => Ok((parsed.args, parsed.values)),
             Err(layers::LayerError::Clap(e)) => Err(anyhow::anyhow!("{}", e.render())),
             Err(layers::LayerError::File(e)) => Err(e),
         },
     );
-    finish(serve(parsed.args.clone(), reread).map_err(|e| parsed.locate(format!("{e:#}"))))
+    finish(
+        serve(parsed.args.clone(), parsed.values.clone(), reread)
+            .map_err(|e| parsed.locate(format!("{e:#}"))),
+    )
 }
 
 /// The prefix of the variables that set `neqo-server`'s flags.
@@ -231,7 +237,7 @@ fn flagged(e: ServerError) -> anyhow::Error {
     }
 }
 
-fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
+fn serve(args: ServerArgs, started: Values, reread: Reread) -> anyhow::Result<()> {
     args.validate()?;
     let identities = identities(&args)?;
     let self_signed = identities.is_empty();
@@ -288,6 +294,7 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         .build()?;
     let reloader = Arc::new(Reloader {
         reread,
+        started,
         certificates: certificates.clone(),
         self_signed,
         log: log

@@ -16,7 +16,7 @@ use anyhow::{Context as _, bail};
 use neqo_driver::tls::{Certificates, Identity};
 use neqo_server_core::{AccessLog, AccessLogFormat, ServerError, ServerReport};
 
-use super::ServerArgs;
+use super::{ServerArgs, layers::Values};
 
 /// `--access-log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -88,13 +88,19 @@ pub(super) fn hangups() -> Result<Hangups, ServerError> {
 /// network mount).
 pub(super) const RELOAD_DEADLINE: Duration = Duration::from_secs(5);
 
-/// The settings read again: as at start (the same flags and variables, the file read anew).
-pub(super) type Reread = Box<dyn Fn() -> anyhow::Result<ServerArgs> + Send + Sync>;
+/// The settings SIGHUP applies; any other that changed is reported as needing a restart.
+const APPLIED: [&str; 3] = ["tls-cert", "tls-key", "config"];
+
+/// The settings read again, and their values: as at start (the same flags and variables, the
+/// file read anew).
+pub(super) type Reread = Box<dyn Fn() -> anyhow::Result<(ServerArgs, Values)> + Send + Sync>;
 
 /// What a reload works from, shared with the thread each runs on.
 pub(super) struct Reloader {
     /// How to read the settings again.
     pub(super) reread: Reread,
+    /// The settings' values at start: what the server runs with but for what reloads apply.
+    pub(super) started: Values,
     /// The certificates served, replaced by a reload.
     pub(super) certificates: Certificates,
     /// Whether the server serves its self-signed certificate (none was given).
@@ -119,8 +125,8 @@ impl Reloader {
         // A server on its self-signed certificate, still given none: no certificates to
         // reload (a SIGHUP for the log alone is no refused reload).
         let identities = match &again {
-            Ok(args) if self.self_signed && args.cert.is_empty() => None,
-            Ok(args) => Some(identities(args).and_then(|ids| {
+            Ok((args, _)) if self.self_signed && args.cert.is_empty() => None,
+            Ok((args, _)) => Some(identities(args).and_then(|ids| {
                 if ids.is_empty() {
                     bail!("no --tls-cert to serve (the self-signed one is not made again)");
                 }
@@ -132,6 +138,10 @@ impl Reloader {
             .log
             .as_ref()
             .map(|(log, path)| (log, path, log_output(path)));
+        let changed = again.as_ref().map_or_else(
+            |_| Vec::new(),
+            |(_, values)| self.started.changed(values, &APPLIED),
+        );
         if progress
             .compare_exchange(READING, APPLYING, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
@@ -158,6 +168,18 @@ impl Reloader {
                 ),
             }
         }
+        if !changed.is_empty() {
+            let flags: Vec<String> = changed.iter().map(|l| format!("--{l}")).collect();
+            let (pronoun, verb) = if flags.len() == 1 {
+                ("it", "applies")
+            } else {
+                ("they", "apply")
+            };
+            eprintln!(
+                "neqo-server: SIGHUP: {} changed: {pronoun} {verb} at the next start",
+                flags.join(", ")
+            );
+        }
     }
 }
 
@@ -180,7 +202,8 @@ impl InFlight {
 
 /// Runs `run`, reloading on each SIGHUP (from `hangups`), where there is SIGHUP (Unix): the
 /// certificates replaced with those of the settings read again, the access log file opened
-/// anew (after logrotate moved it away); stderr says what it did. A refused reload leaves the certificates served as they
+/// anew (after logrotate moved it away), the settings that changed but apply only at a start
+/// named; stderr says what it did. A refused reload leaves the certificates served as they
 /// were; a log file that cannot be opened, the old one in use.
 ///
 /// Each reload runs on the blocking pool, off this task and the signal handlers' (SIGINT and
