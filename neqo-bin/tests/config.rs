@@ -2,7 +2,9 @@
 //! `NEQO_CLIENT_*`) and flags, in that order of precedence, for both binaries as real
 //! processes over loopback; each kind of bad file refused at start, naming the file, the
 //! line and the key, and each kind of file that is no config (a device, a FIFO, a huge one)
-//! refused at once.
+//! refused at once; lists in variables, and a variable's bad value refused naming it.
+
+mod common;
 
 use std::{
     path::{Path, PathBuf},
@@ -507,10 +509,12 @@ fn files_that_are_no_config_are_refused_by_both_binaries() {
         assert_eq!(code, Some(1), "{e}");
         assert!(e.starts_with(&format!("neqo-client: error: {want}")), "{e}");
     }
-    // A file named by a variable: read the same way.
+    // A file named by a variable: the variable named too.
     let (_, e) = refused_with(&mut server(&[], &[("NEQO_SERVER_CONFIG", "/dev/zero")]));
     assert!(
-        e.starts_with("neqo-server: error: --config /dev/zero: a character device"),
+        e.starts_with(
+            "neqo-server: error: NEQO_SERVER_CONFIG: --config /dev/zero: a character device"
+        ),
         "{e}"
     );
     let (_, e) = refused_with(&mut client(
@@ -518,7 +522,9 @@ fn files_that_are_no_config_are_refused_by_both_binaries() {
         &[("NEQO_CLIENT_CONFIG", &fifo)],
     ));
     assert!(
-        e.starts_with(&format!("neqo-client: error: --config {fifo}: a FIFO")),
+        e.starts_with(&format!(
+            "neqo-client: error: NEQO_CLIENT_CONFIG: --config {fifo}: a FIFO"
+        )),
         "{e}"
     );
     // A megabyte of `[`: the parser's depth bound, said in one short line (not the line quoted).
@@ -553,4 +559,184 @@ fn files_that_are_no_config_are_refused_by_both_binaries() {
         .stop()
         .unwrap();
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A repeatable flag's variable holds a comma-separated list: two listen addresses, two
+/// certificate pairs. A flag overrides the whole list, and the list overrides the file's; an
+/// item that is no value of the flag is refused naming the variable (exit 2, as clap's usage
+/// errors).
+#[cfg(unix)]
+#[test]
+fn a_variable_of_a_repeatable_flag_is_a_list() {
+    let d = dir("lists");
+    let two = [("NEQO_SERVER_LISTEN", "127.0.0.1:0,127.0.0.1:0")];
+    let s = start(&mut server(&["--workers", "1"], &two));
+    assert_eq!(s.addrs().len(), 2, "{:?}", s.addrs());
+    assert_ne!(s.addrs()[0], s.addrs()[1]);
+    for addr in s.addrs() {
+        let out = run(
+            Command::new(CLIENT).args([
+                &format!("https://{addr}/1000"),
+                "--insecure",
+                "--no-progress",
+            ]),
+            LIMIT,
+        )
+        .unwrap();
+        assert!(out.success(), "{addr}: {}", out.stderr);
+    }
+    s.stop().unwrap();
+    let s = start(&mut server(
+        &["--workers", "1", "--listen", "127.0.0.1:0"],
+        &two,
+    ));
+    assert_eq!(s.addrs().len(), 1, "the flag over the variable");
+    s.stop().unwrap();
+    let three = write(
+        &d.join("three.toml"),
+        "listen = [\"127.0.0.1:0\", \"127.0.0.1:0\", \"127.0.0.1:0\"]\nworkers = 1\n",
+    );
+    let s = start(&mut server(&["--config", &three], &two));
+    assert_eq!(s.addrs().len(), 2, "the variable over the file");
+    s.stop().unwrap();
+
+    // Two certificate pairs, both served.
+    let (a, b) = (
+        rcgen::generate_simple_self_signed(vec!["a.example".into()]).unwrap(),
+        rcgen::generate_simple_self_signed(vec!["b.example".into()]).unwrap(),
+    );
+    let certs = format!(
+        "{},{}",
+        write(&d.join("a.pem"), &a.cert.pem()),
+        write(&d.join("b.pem"), &b.cert.pem())
+    );
+    let keys = format!(
+        "{},{}",
+        write(&d.join("a.key"), &a.signing_key.serialize_pem()),
+        write(&d.join("b.key"), &b.signing_key.serialize_pem())
+    );
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let s = start(&mut server(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--metrics",
+            &metrics.to_string(),
+        ],
+        &[
+            ("NEQO_SERVER_TLS_CERT", &certs),
+            ("NEQO_SERVER_TLS_KEY", &keys),
+        ],
+    ));
+    assert_eq!(common::scrape(metrics)["neqo_server_tls_certificates"], 2.0);
+    s.stop().unwrap();
+    let e = refused(&mut server(
+        &["--listen", "127.0.0.1:0"],
+        &[
+            ("NEQO_SERVER_TLS_CERT", &certs),
+            ("NEQO_SERVER_TLS_KEY", keys.split(',').next().unwrap()),
+        ],
+    ));
+    assert!(e.contains("--tls-cert given 2 times, --tls-key 1"), "{e}");
+
+    let (code, e) = refused_with(&mut server(
+        &["--workers", "1"],
+        &[("NEQO_SERVER_LISTEN", "127.0.0.1:0,localhost")],
+    ));
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        e,
+        "neqo-server: error: NEQO_SERVER_LISTEN: invalid value 'localhost' for '--listen \
+         <value>': invalid socket address syntax"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A value a variable gives that the flag's parser refuses is refused naming the variable,
+/// for both binaries, with clap's usage status 2; the same value on the command line is
+/// clap's own error, and a flag that overrides the variable leaves it unread.
+#[cfg(unix)]
+#[test]
+fn a_bad_value_of_a_variable_names_the_variable() {
+    for (env, want) in [
+        (
+            ("NEQO_SERVER_WORKERS", "abc"),
+            "neqo-server: error: NEQO_SERVER_WORKERS: invalid value 'abc' for '--workers \
+             <WORKERS>': invalid digit found in string",
+        ),
+        (
+            ("NEQO_SERVER_KEYLOG", "maybe"),
+            "neqo-server: error: NEQO_SERVER_KEYLOG: invalid value 'maybe' for '--keylog'; \
+             [possible values: true, false]",
+        ),
+        (
+            ("NEQO_SERVER_TLS_CERT", "/etc/cert.pem"),
+            "neqo-server: error: NEQO_SERVER_TLS_CERT: the following required arguments were \
+             not provided: --tls-key <PEM>",
+        ),
+    ] {
+        let (code, e) = refused_with(&mut server(&["--listen", "127.0.0.1:0"], &[env]));
+        assert_eq!((code, e.as_str()), (Some(2), want));
+    }
+    let (code, e) = refused_with(&mut server(&["--workers", "abc"], &[]));
+    assert_eq!(code, Some(2));
+    assert!(
+        e.starts_with("error: invalid value 'abc' for '--workers"),
+        "{e}"
+    );
+    // The flag over the variable: the variable is not read.
+    start(&mut server(
+        &["--listen", "127.0.0.1:0", "--workers", "1"],
+        &[("NEQO_SERVER_WORKERS", "abc")],
+    ))
+    .stop()
+    .unwrap();
+
+    let url = "https://127.0.0.1:9/1";
+    for (env, want) in [
+        (
+            ("NEQO_CLIENT_REQUESTS", "abc"),
+            "neqo-client: error: NEQO_CLIENT_REQUESTS: invalid value 'abc' for '--requests \
+             <REQUESTS>': invalid digit found in string",
+        ),
+        (
+            ("NEQO_CLIENT_CIPHER_SUITE", "aes128gcm,rc4"),
+            "neqo-client: error: NEQO_CLIENT_CIPHER_SUITE: invalid value 'rc4' for \
+             '--cipher-suite <CIPHER_SUITE>'; [possible values: aes128gcm, aes256gcm, chacha20]",
+        ),
+        (
+            ("NEQO_CLIENT_INSECURE", "true"),
+            "neqo-client: error: NEQO_CLIENT_INSECURE: the argument '--ca <CA>' cannot be used \
+             with '--insecure'",
+        ),
+    ] {
+        let (code, e) = refused_with(&mut client(&["--ca", "/etc/ca.pem", url], &[env]));
+        assert_eq!((code, e.as_str()), (Some(2), want));
+    }
+}
+
+/// The client's repeatable flag from its variable: a list of cipher suites, all offered.
+#[cfg(unix)]
+#[test]
+fn a_client_takes_a_list_from_a_variable() {
+    let s = start(&mut server(
+        &["--listen", "127.0.0.1:0", "--workers", "1"],
+        &[],
+    ));
+    let mut c = client(
+        &[
+            &format!("https://{}/1000", s.addr()),
+            "--insecure",
+            "--no-progress",
+        ],
+        &[("NEQO_CLIENT_CIPHER_SUITE", "chacha20,aes256gcm")],
+    );
+    let out = run(&mut c, LIMIT).unwrap();
+    assert!(out.success(), "{}", out.stderr);
+    s.stop().unwrap();
 }

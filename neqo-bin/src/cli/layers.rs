@@ -2,22 +2,30 @@
 //! (`NEQO_SERVER_LISTEN` for `--listen`: the binary's prefix, then the long flag in upper
 //! case with dashes as underscores) and a TOML file named by `--config` (its keys are the
 //! long flag names: `listen = "127.0.0.1:4433"`, `alpn = ["h3", "perf"]`, `keylog = true`).
+//! A repeatable flag's variable holds a comma-separated list
+//! (`NEQO_SERVER_LISTEN="127.0.0.1:4433,[::1]:4433"`); on the command line and in the file its
+//! values are never split, so a path with a comma goes there.
 //!
 //! The file's settings become flags placed before the user's, each only where neither a flag
 //! nor a variable sets it, so one parser checks all three alike. Every key and value of the
 //! file is checked first, so that a bad one is refused with the file, line and key named
-//! rather than as a flag the user never typed. The file itself is read within bounds
-//! ([`read_config`]).
+//! rather than as a flag the user never typed; a bad value from a variable is refused with
+//! the variable named. The file itself is read within bounds ([`read_config`]).
 
 use std::{
     collections::BTreeMap,
     ffi::OsString,
     io::Read as _,
     path::{Path, PathBuf},
+    process::ExitCode,
 };
 
 use anyhow::bail;
-use clap::{ArgAction, ArgMatches, Command, FromArgMatches, parser::ValueSource};
+use clap::{
+    ArgAction, ArgMatches, Command, FromArgMatches,
+    error::{ContextKind, ContextValue, ErrorKind},
+    parser::ValueSource,
+};
 use toml::{Spanned, Value};
 
 /// The flag naming the file.
@@ -40,6 +48,15 @@ fn is_setting(arg: &clap::Arg) -> bool {
         )
 }
 
+/// Repeatable settings whose values clap does not split (`--listen`, `--tls-cert`): their
+/// variables hold comma-separated lists, split here. Clap splits the variables of those that
+/// split their values anyway (`--alpn h3,perf`).
+fn is_list(arg: &clap::Arg) -> bool {
+    is_setting(arg)
+        && matches!(arg.get_action(), ArgAction::Append)
+        && arg.get_value_delimiter().is_none()
+}
+
 /// The variable that sets `long` for a binary whose variables start with `prefix`.
 pub fn env_name(prefix: &str, long: &str) -> String {
     format!("{prefix}{}", long.to_uppercase().replace('-', "_"))
@@ -55,6 +72,13 @@ pub fn with_env(cmd: Command, prefix: &str) -> Command {
             arg
         }
     })
+}
+
+/// The variable of `arg` and its value, if it is set.
+fn variable(arg: &clap::Arg) -> Option<(String, OsString)> {
+    let var = arg.get_env()?;
+    let value = std::env::var_os(var)?;
+    Some((var.to_string_lossy().into_owned(), value))
 }
 
 /// Parsed settings and where the file's came from, to name the file and line in a message
@@ -147,52 +171,216 @@ impl<T> Parsed<T> {
 /// [`with_env`]) with the file's settings under the flags' and the variables'.
 ///
 /// # Errors
-/// A clap error (`--help` and `--version` too: the caller exits with it), or a file that
-/// cannot be read, is not TOML, or holds a key or value that is not a setting.
+/// A clap error (`--help` and `--version` too: the caller exits with it), a bad value of a
+/// variable, or a file that cannot be read, is not TOML, or holds a key or value that is not
+/// a setting.
 pub fn parse<T: FromArgMatches>(
     cmd: &Command,
     argv: Vec<OsString>,
 ) -> Result<Parsed<T>, LayerError> {
-    // Lenient: a flag that needs another the file gives (`--tls-cert` beside a file's `tls-key`)
-    // is checked in the full parse.
-    let given = cmd
-        .clone()
-        .ignore_errors(true)
-        .try_get_matches_from(&argv)
-        .map_err(LayerError::Clap)?;
-    let file = given.try_get_one::<PathBuf>(CONFIG).ok().flatten().cloned();
-    let Some(file) = file else {
-        let matches = cmd
-            .clone()
-            .try_get_matches_from(argv)
-            .map_err(LayerError::Clap)?;
-        let args = T::from_arg_matches(&matches).map_err(LayerError::Clap)?;
-        return Ok(Parsed {
-            args,
-            file: None,
-            from_file: BTreeMap::new(),
-            from_env: set_by_env(cmd, &matches),
-            values: Values::of(cmd, &matches),
-        });
+    let given = flags_given(cmd, &argv)?;
+    let on_command_line = |arg: &clap::Arg| {
+        given.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
     };
-    let (flags, from_file) = file_flags(cmd, &given, &file).map_err(LayerError::File)?;
-    let mut layered = Vec::with_capacity(argv.len() + flags.len());
+    let mut layered = Vec::with_capacity(argv.len());
     let mut argv = argv.into_iter();
     layered.extend(argv.next());
-    layered.extend(flags);
+    let (file, from_file) = match config_file(cmd, &given) {
+        Some((file, var)) => {
+            // Clap takes a variable where no flag sets its setting, as here.
+            let (flags, from_file) = file_flags(cmd, &file, &|arg| {
+                on_command_line(arg) || variable(arg).is_some()
+            })
+            .map_err(|e| {
+                LayerError::File(match var {
+                    Some(var) => e.context(var),
+                    None => e,
+                })
+            })?;
+            layered.extend(flags);
+            (Some(file), from_file)
+        }
+        None => (None, BTreeMap::new()),
+    };
+    let (lists, from_lists) = list_variables(cmd, &on_command_line)?;
+    layered.extend(lists);
     layered.extend(argv);
-    let matches = cmd
+    // The lists' variables are split above, not taken whole by clap.
+    let parser = cmd.clone().mut_args(|arg| {
+        if is_list(&arg) {
+            arg.env(None::<&'static str>)
+        } else {
+            arg
+        }
+    });
+    let located = |e: clap::Error| match from_variable(cmd, &on_command_line, e) {
+        LayerError::Clap(e) if e.kind() == ErrorKind::MissingRequiredArgument => {
+            match requiring_variable(&parser, &layered, &from_lists, &on_command_line) {
+                Some(var) => LayerError::Variable(format!("{var}: {}", clap_reason(&e))),
+                None => LayerError::Clap(e),
+            }
+        }
+        other => other,
+    };
+    let matches = parser
         .clone()
-        .try_get_matches_from(layered)
-        .map_err(LayerError::Clap)?;
-    let args = T::from_arg_matches(&matches).map_err(LayerError::Clap)?;
+        .try_get_matches_from(&layered)
+        .map_err(located)?;
+    let args = T::from_arg_matches(&matches).map_err(located)?;
+    let mut from_env = set_by_env(&parser, &matches);
+    from_env.extend(from_lists);
     Ok(Parsed {
         args,
-        file: Some(file),
+        file,
         from_file,
-        from_env: set_by_env(cmd, &matches),
-        values: Values::of(cmd, &matches),
+        from_env,
+        values: Values::of(&parser, &matches),
     })
+}
+
+/// What the command line alone gives (no variable, no file), parsed leniently: only to see
+/// which settings it sets and the file it names. `--help` and `--version` end it, shown by
+/// `cmd` (which names the variables).
+fn flags_given(cmd: &Command, argv: &[OsString]) -> Result<ArgMatches, LayerError> {
+    let bare = cmd
+        .clone()
+        .mut_args(|arg| arg.env(None::<&'static str>))
+        .ignore_errors(true);
+    bare.try_get_matches_from(argv)
+        .map_err(|e| LayerError::Clap(cmd.clone().try_get_matches_from(argv).err().unwrap_or(e)))
+}
+
+/// The file `--config` names, on the command line or else in its variable (then named too).
+fn config_file(cmd: &Command, given: &ArgMatches) -> Option<(PathBuf, Option<String>)> {
+    if let Some(file) = given.try_get_one::<PathBuf>(CONFIG).ok().flatten() {
+        return Some((file.clone(), None));
+    }
+    let (var, value) = cmd
+        .get_arguments()
+        .find(|a| a.get_id() == CONFIG)
+        .and_then(variable)?;
+    Some((PathBuf::from(value), Some(var)))
+}
+
+/// The flags the variables of [`is_list`] settings stand for, each value of the list checked
+/// by its flag's parser; with the variable of each such setting. Those the command line sets
+/// (`flagged`) are left out: a flag overrides a variable.
+fn list_variables(
+    cmd: &Command,
+    flagged: &dyn Fn(&clap::Arg) -> bool,
+) -> Result<(Vec<OsString>, BTreeMap<String, String>), LayerError> {
+    let mut flags = Vec::new();
+    let mut vars = BTreeMap::new();
+    for arg in cmd.get_arguments().filter(|a| is_list(a) && !flagged(a)) {
+        let Some((var, value)) = variable(arg) else {
+            continue;
+        };
+        let long = arg.get_long().expect("a setting has a long name");
+        let value = value.to_str().ok_or_else(|| {
+            LayerError::Variable(format!(
+                "{var}: not UTF-8; give --{long} on the command line instead"
+            ))
+        })?;
+        for item in value.split(',') {
+            check_value(cmd, arg, item)
+                .map_err(|reason| LayerError::Variable(format!("{var}: {reason}")))?;
+            flags.push(OsString::from(format!("--{long}={item}")));
+        }
+        vars.insert(long.to_owned(), var);
+    }
+    Ok((flags, vars))
+}
+
+/// Clap's error `e`, with the variables named in front when it is about values from
+/// variables: the settings it names that the command line (`flagged`) does not set, whose
+/// variable is set (to the value refused, when it names one).
+fn from_variable(
+    cmd: &Command,
+    flagged: &dyn Fn(&clap::Arg) -> bool,
+    e: clap::Error,
+) -> LayerError {
+    let refused = match e.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(v)) => Some(v.as_str()),
+        _ => None,
+    };
+    let vars: Vec<String> = [ContextKind::InvalidArg, ContextKind::PriorArg]
+        .into_iter()
+        .filter_map(|kind| e.get(kind))
+        .flat_map(|v| match v {
+            ContextValue::String(s) => vec![s.as_str()],
+            ContextValue::Strings(v) => v.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        })
+        .filter_map(|named| named_arg(cmd, named))
+        .filter(|arg| !flagged(arg))
+        .filter_map(|arg| {
+            let (var, value) = variable(arg)?;
+            let value = value.to_string_lossy();
+            let holds = |v: &str| match arg.get_value_delimiter() {
+                Some(d) => value.split(d).any(|part| part == v),
+                None => value == v,
+            };
+            refused.is_none_or(holds).then_some(var)
+        })
+        .collect();
+    if vars.is_empty() {
+        LayerError::Clap(e)
+    } else {
+        LayerError::Variable(format!("{}: {}", vars.join(", "), clap_reason(&e)))
+    }
+}
+
+/// The variable whose setting requires another that nothing gives (`NEQO_SERVER_TLS_CERT`
+/// without a key), which clap's message does not name: the first without which `parser` no
+/// longer finds a required argument missing in `argv`. Those of `lists` are in `argv`, as
+/// flags.
+fn requiring_variable(
+    parser: &Command,
+    argv: &[OsString],
+    lists: &BTreeMap<String, String>,
+    flagged: &dyn Fn(&clap::Arg) -> bool,
+) -> Option<String> {
+    let still_missing = |cmd: Command, argv: &[OsString]| {
+        matches!(
+            cmd.try_get_matches_from(argv),
+            Err(e) if e.kind() == ErrorKind::MissingRequiredArgument
+        )
+    };
+    let from_lists = lists.iter().find(|(long, _)| {
+        let prefix = format!("--{long}=");
+        let without: Vec<OsString> = argv
+            .iter()
+            .filter(|a| !a.to_string_lossy().starts_with(&prefix))
+            .cloned()
+            .collect();
+        !still_missing(parser.clone(), &without)
+    });
+    if let Some((_, var)) = from_lists {
+        return Some(var.clone());
+    }
+    parser
+        .get_arguments()
+        .filter(|a| is_setting(a) && !flagged(a))
+        .filter_map(|a| Some((a.get_id().clone(), variable(a)?.0)))
+        .find(|(id, _)| {
+            let without = parser
+                .clone()
+                .mut_arg(id.clone(), |a| a.env(None::<&'static str>));
+            !still_missing(without, argv)
+        })
+        .map(|(_, var)| var)
+}
+
+/// The argument a clap message names as `--long <VALUE>` (or `-s` without a long name).
+fn named_arg<'c>(cmd: &'c Command, named: &str) -> Option<&'c clap::Arg> {
+    let flag = named.split([' ', '=']).next()?;
+    match flag.strip_prefix("--") {
+        Some(long) => cmd.get_arguments().find(|a| a.get_long() == Some(long)),
+        None => {
+            let short = flag.strip_prefix('-')?.chars().next()?;
+            cmd.get_arguments().find(|a| a.get_short() == Some(short))
+        }
+    }
 }
 
 /// The flags (long names) variables set in `matches`, with the variables.
@@ -211,8 +399,39 @@ fn set_by_env(cmd: &Command, matches: &ArgMatches) -> BTreeMap<String, String> {
 pub enum LayerError {
     /// From the flags or variables; also `--help` and `--version`.
     Clap(clap::Error),
+    /// A variable's value, refused: the message names the variable.
+    Variable(String),
     /// From the file.
     File(anyhow::Error),
+}
+
+impl LayerError {
+    /// Ends `program` as the error says: clap's own exit for its errors (`--help` shown,
+    /// status 2 for a usage error), the same status 2 for a variable's bad value, 1 for a
+    /// file that was refused.
+    pub fn exit(self, program: &str) -> ExitCode {
+        match self {
+            Self::Clap(e) => e.exit(),
+            Self::Variable(m) => {
+                eprintln!("{program}: error: {m}");
+                ExitCode::from(2)
+            }
+            Self::File(e) => {
+                eprintln!("{program}: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    /// The error as one message, for a parse again after start (SIGHUP).
+    #[must_use]
+    pub fn into_anyhow(self) -> anyhow::Error {
+        match self {
+            Self::Clap(e) => anyhow::anyhow!("{}", clap_reason(&e)),
+            Self::Variable(m) => anyhow::anyhow!("{m}"),
+            Self::File(e) => e,
+        }
+    }
 }
 
 /// The text of the config file at `path`, read within bounds: opened without blocking (a
@@ -340,12 +559,28 @@ fn not_utf8(bytes: &[u8], e: std::str::Utf8Error) -> String {
     )
 }
 
-/// The flags the file at `path` stands for, each with its key's line: those that `given`
-/// (the flags and variables) leaves unset.
+/// `value` checked by the parser of `arg` (of `cmd`) alone: what is wrong with it, on one
+/// line.
+fn check_value(cmd: &Command, arg: &clap::Arg, value: &str) -> Result<(), String> {
+    let long = arg.get_long().expect("a setting has a long name");
+    Command::new(cmd.get_name().to_owned())
+        .no_binary_name(true)
+        .arg(
+            clap::Arg::new("value")
+                .long(long.to_owned())
+                .value_parser(arg.get_value_parser().clone()),
+        )
+        .try_get_matches_from([format!("--{long}={value}")])
+        .map(|_| ())
+        .map_err(|e| clap_reason(&e))
+}
+
+/// The flags the file at `path` stands for, each with its key's line: those of the settings
+/// `set` (by a flag or a variable) does not hold.
 fn file_flags(
     cmd: &Command,
-    given: &ArgMatches,
     path: &Path,
+    set: &dyn Fn(&clap::Arg) -> bool,
 ) -> anyhow::Result<(Vec<OsString>, BTreeMap<String, usize>)> {
     let shown = path.display();
     let text = read_config(path)?;
@@ -385,10 +620,7 @@ fn file_flags(
             );
         };
         let long = arg.get_long().expect("a setting has a long name");
-        if matches!(
-            given.value_source(arg.get_id().as_str()),
-            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
-        ) {
+        if set(arg) {
             continue;
         }
         let values: Vec<String> = match value.get_ref() {
@@ -408,16 +640,8 @@ fn file_flags(
         };
         if arg.get_action().takes_values() {
             for v in &values {
-                // The flag's own parser, alone: it says what is wrong with the value.
-                Command::new(cmd.get_name().to_owned())
-                    .no_binary_name(true)
-                    .arg(
-                        clap::Arg::new("value")
-                            .long(long.to_owned())
-                            .value_parser(arg.get_value_parser().clone()),
-                    )
-                    .try_get_matches_from([format!("--{long}={v}")])
-                    .map_err(|e| anyhow::anyhow!("{at}: `{key}` = {v:?}: {}", clap_reason(&e)))?;
+                check_value(cmd, arg, v)
+                    .map_err(|reason| anyhow::anyhow!("{at}: `{key}` = {v:?}: {reason}"))?;
                 flags.push(OsString::from(format!("--{long}={v}")));
             }
         } else {
@@ -449,10 +673,20 @@ fn clap_reason(e: &clap::Error) -> String {
     let text = e.to_string();
     text.lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:")
+        })
         .map(|l| l.strip_prefix("error: ").unwrap_or(l))
-        .collect::<Vec<_>>()
-        .join("; ")
+        .fold(String::new(), |mut line, l| {
+            // A list clap puts under its heading (`not provided:`) goes on after it.
+            if line.ends_with(':') {
+                line.push(' ');
+            } else if !line.is_empty() {
+                line.push_str("; ");
+            }
+            line.push_str(l);
+            line
+        })
 }
 
 #[cfg(test)]

@@ -34,9 +34,9 @@ use super::{
 pub struct ServerArgs {
     /// Read settings from this TOML file: its keys are the long flag names (`listen =
     /// "[::]:443"`, `alpn = ["h3"]`, `keylog = true`). A flag overrides an environment
-    /// variable (`NEQO_SERVER_LISTEN` for --listen), which overrides the file. The file: a
-    /// regular file (symbolic links followed) of at most 1 MiB of UTF-8, owned by this user or
-    /// root, not writable by every user.
+    /// variable (`NEQO_SERVER_LISTEN` for --listen; a comma-separated list for a repeatable
+    /// flag), which overrides the file. The file: a regular file (symbolic links followed) of
+    /// at most 1 MiB of UTF-8, owned by this user or root, not writable by every user.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log more: -v info, -vv debug, -vvv trace (over RUST_LOG, which takes a full filter).
@@ -170,19 +170,16 @@ pub fn server_from_env() -> ExitCode {
     let cmd = layers::with_env(ServerArgs::command(), ENV_PREFIX);
     let parsed = match layers::parse::<ServerArgs>(&cmd, std::env::args_os().collect()) {
         Ok(parsed) => parsed,
-        Err(layers::LayerError::Clap(e)) => e.exit(),
-        Err(layers::LayerError::File(e)) => return finish(Err(format!("{e:#}"))),
+        Err(e) => return e.exit("neqo-server"),
     };
     init_logging_verbose(parsed.args.verbose, "warn");
     // The settings as at start: the same flags and variables, the file read again.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let reread: Reread = Box::new(
-        move || match layers::parse::<ServerArgs>(&cmd, argv.clone()) {
-            Ok(parsed) => Ok((parsed.args, parsed.values)),
-            Err(layers::LayerError::Clap(e)) => Err(anyhow::anyhow!("{}", e.render())),
-            Err(layers::LayerError::File(e)) => Err(e),
-        },
-    );
+    let reread: Reread = Box::new(move || {
+        layers::parse::<ServerArgs>(&cmd, argv.clone())
+            .map(|parsed| (parsed.args, parsed.values))
+            .map_err(layers::LayerError::into_anyhow)
+    });
     finish(
         serve(parsed.args.clone(), parsed.values.clone(), reread)
             .map_err(|e| parsed.locate(format!("{e:#}"))),
