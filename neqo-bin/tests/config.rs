@@ -2,7 +2,7 @@
 //! `NEQO_CLIENT_*`) and flags, in that order of precedence, for both binaries as real
 //! processes over loopback; each kind of bad file refused at start, naming the file, the
 //! line and the key, and each kind of file that is no config (a device, a FIFO, a huge one)
-//! refused at once; lists in variables, and a variable's bad value refused naming it.
+//! refused at once; lists in variables; `--check-config`.
 
 mod common;
 
@@ -348,6 +348,12 @@ fn bad_files_are_refused_with_file_line_and_key() {
             "help = true\n",
             ":1: unknown key `help`; the keys are the long flag names (see neqo-server --help)",
         ),
+        (
+            "action",
+            "check-config = true\n",
+            ":1: unknown key `check-config`; the keys are the long flag names (see neqo-server \
+             --help)",
+        ),
     ] {
         let path = write(&d.join(format!("{name}.toml")), text);
         let e = refused(&mut server(&["--config", &path], &[]));
@@ -558,6 +564,173 @@ fn files_that_are_no_config_are_refused_by_both_binaries() {
     start(&mut server(&["--config", &link], &[]))
         .stop()
         .unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `--check-config` checks what a start checks before it binds, binds and creates nothing,
+/// and says in one line that the settings are valid, where they came from and what a start
+/// would create (exit 0); or what is wrong, located as a start locates it (exit 1).
+#[cfg(unix)]
+#[test]
+fn check_config_checks_without_binding_or_creating() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let d = dir("check");
+    let root = d.join("www");
+    std::fs::create_dir(&root).unwrap();
+    let (a, b) = (
+        rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap(),
+        rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap(),
+    );
+    let cert = write(&d.join("cert.pem"), &a.cert.pem());
+    let key = write(&d.join("key.pem"), &a.signing_key.serialize_pem());
+    let other_key = write(&d.join("other.pem"), &b.signing_key.serialize_pem());
+    // Held here: a check that bound it would fail.
+    let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let cfg = write(
+        &d.join("s.toml"),
+        &format!(
+            "listen = \"{}\"\nroot = {root:?}\ntls-cert = {cert:?}\ntls-key = {key:?}\n",
+            held.local_addr().unwrap()
+        ),
+    );
+    let (secret, log, qlog) = (d.join("secret"), d.join("access.log"), d.join("qlog"));
+    let (secret_s, log_s) = (secret.to_str().unwrap(), log.to_str().unwrap());
+    let qlog_s = qlog.join("run").to_str().unwrap().to_owned();
+    let check = |extra: &[&str], env: &[(&str, &str)]| {
+        let flags = [
+            &[
+                "--check-config",
+                "--config",
+                &cfg,
+                "--secret-file",
+                secret_s,
+                "--access-log",
+                log_s,
+                "--qlog-dir",
+                &qlog_s,
+            ][..],
+            extra,
+        ]
+        .concat();
+        run(&mut server(&flags, env), LIMIT).unwrap()
+    };
+    let out = check(&[], &[("NEQO_SERVER_WORKERS", "2")]);
+    assert!(out.success(), "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        format!(
+            "neqo-server: the settings are valid (4 from {cfg}, 1 from variables, 3 from flags, \
+             the rest defaults); --qlog-dir {qlog_s} would be created; --access-log {log_s} \
+             would be created; --secret-file {secret_s} would be created\n"
+        )
+    );
+    assert!(
+        !secret.exists() && !log.exists() && !qlog.exists(),
+        "created"
+    );
+    // The file named by its variable is no setting of its own.
+    let out = run(
+        &mut server(
+            &["--check-config"],
+            &[("NEQO_SERVER_CONFIG", &cfg), ("NEQO_SERVER_WORKERS", "2")],
+        ),
+        LIMIT,
+    )
+    .unwrap();
+    assert_eq!(
+        out.stdout,
+        format!(
+            "neqo-server: the settings are valid (4 from {cfg}, 1 from variables, 0 from flags, \
+             the rest defaults)\n"
+        ),
+        "{}",
+        out.stderr
+    );
+
+    // Refused as at start, located alike, creating nothing.
+    let refused = |extra: &[&str], env: &[(&str, &str)]| {
+        let out = check(extra, env);
+        assert_eq!(out.code, Some(1), "{extra:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert!(!log.exists() && !qlog.exists(), "created");
+        out.stderr.trim_end().to_owned()
+    };
+    let workers = "--workers 0: must be between 1 and 256 (one connection-ID byte tells them \
+                   apart)";
+    assert_eq!(
+        refused(&[], &[("NEQO_SERVER_WORKERS", "0")]),
+        format!("neqo-server: error: NEQO_SERVER_WORKERS: {workers}")
+    );
+    let zero = write(&d.join("zero.toml"), "\nworkers = 0\n");
+    let (code, e) = refused_with(&mut server(&["--check-config", "--config", &zero], &[]));
+    assert_eq!(
+        (code, e),
+        (Some(1), format!("neqo-server: error: {zero}:2: {workers}"))
+    );
+    let e = refused(&["--root", d.join("none").to_str().unwrap()], &[]);
+    assert!(e.starts_with("neqo-server: error: --root "), "{e}");
+    assert!(e.contains("cannot serve from it"), "{e}");
+    let e = refused(&["--tls-key", &other_key], &[]);
+    assert!(
+        e.contains(&format!(
+            "--tls-cert {cert} --tls-key {other_key}: certificate and key do not fit together"
+        )),
+        "{e}"
+    );
+    let e = refused(&["--keylog"], &[]);
+    assert!(e.contains("--keylog: SSLKEYLOGFILE is not set"), "{e}");
+    let nowhere = d.join("no-such-dir").join("access.log");
+    let (_, e) = refused_with(&mut server(
+        &[
+            "--check-config",
+            "--config",
+            &cfg,
+            "--access-log",
+            nowhere.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert!(
+        e.contains(&format!(
+            "--access-log {}: no directory {} to write it in",
+            nowhere.display(),
+            d.join("no-such-dir").display()
+        )),
+        "{e}"
+    );
+    let nowhere = d.join("no-such-dir").join("secret");
+    let (_, e) = refused_with(&mut server(
+        &[
+            "--check-config",
+            "--config",
+            &cfg,
+            "--secret-file",
+            nowhere.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert!(
+        e.contains(&format!(
+            "--secret-file {}: no directory {} to write it in",
+            nowhere.display(),
+            d.join("no-such-dir").display()
+        )),
+        "{e}"
+    );
+    // An existing secret file is read and checked, as at start: one others may read is refused.
+    let random: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(97) ^ 0x5a).collect();
+    std::fs::write(&secret, &random).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = refused(&[], &[]);
+    assert!(
+        e.starts_with(&format!("neqo-server: error: --secret-file {secret_s}")),
+        "{e}"
+    );
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = check(&[], &[]);
+    assert!(out.success(), "{}", out.stderr);
+    assert!(!out.stdout.contains("--secret-file"), "{}", out.stdout);
     let _ = std::fs::remove_dir_all(&d);
 }
 

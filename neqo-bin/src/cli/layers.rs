@@ -13,7 +13,7 @@
 //! the variable named. The file itself is read within bounds ([`read_config`]).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     ffi::OsString,
     io::Read as _,
     path::{Path, PathBuf},
@@ -31,13 +31,18 @@ use toml::{Spanned, Value};
 /// The flag naming the file.
 const CONFIG: &str = "config";
 
+/// Flags that say what to do rather than how: no variable or key sets them (a file saying
+/// `check-config = true` would keep every start from serving).
+const ACTIONS: [&str; 1] = ["check_config"];
+
 /// The most a config file may hold, read into memory whole: far more than any real one.
 pub const MAX_CONFIG: u64 = 1 << 20;
 
 /// Arguments that are settings, which a variable or a key may set: not `--help`, `--version`
-/// or `-v` (`RUST_LOG` is its variable), nor positional arguments.
+/// or `-v` (`RUST_LOG` is its variable), nor positional arguments, nor [`ACTIONS`].
 fn is_setting(arg: &clap::Arg) -> bool {
     arg.get_long().is_some()
+        && !ACTIONS.contains(&arg.get_id().as_str())
         && !matches!(
             arg.get_action(),
             ArgAction::Help
@@ -93,6 +98,8 @@ pub struct Parsed<T> {
     pub from_file: BTreeMap<String, usize>,
     /// For each flag a variable set (its long name), the variable.
     pub from_env: BTreeMap<String, String>,
+    /// The settings (long names) the command line set, `--config` aside.
+    pub from_flags: BTreeSet<String>,
     /// Every setting's values, to tell which changed when the settings are read again.
     pub values: Values,
 }
@@ -165,6 +172,20 @@ impl<T> Parsed<T> {
             _ => message,
         }
     }
+
+    /// Where the settings came from, for a line about them: how many from the file (named),
+    /// the variables and the flags (`--config` itself aside).
+    #[must_use]
+    pub fn sources(&self) -> String {
+        let file = self.file.as_ref().map_or_else(String::new, |f| {
+            format!("{} from {}, ", self.from_file.len(), f.display())
+        });
+        let variables = self.from_env.keys().filter(|long| *long != CONFIG).count();
+        format!(
+            "{file}{variables} from variables, {} from flags, the rest defaults",
+            self.from_flags.len()
+        )
+    }
 }
 
 /// Parses `argv` for `cmd` (which has a `--config` setting and the variables of
@@ -229,11 +250,17 @@ pub fn parse<T: FromArgMatches>(
     let args = T::from_arg_matches(&matches).map_err(located)?;
     let mut from_env = set_by_env(&parser, &matches);
     from_env.extend(from_lists);
+    let from_flags = cmd
+        .get_arguments()
+        .filter(|a| is_setting(a) && a.get_id() != CONFIG && on_command_line(a))
+        .filter_map(|a| a.get_long().map(ToOwned::to_owned))
+        .collect();
     Ok(Parsed {
         args,
         file,
         from_file,
         from_env,
+        from_flags,
         values: Values::of(&parser, &matches),
     })
 }
@@ -746,5 +773,16 @@ mod tests {
             "not UTF-8: a byte that is no character at line 2, column 14 (byte 26); a config \
              file is UTF-8 text"
         );
+    }
+
+    /// `check-config` is an action: no variable, no key.
+    #[test]
+    fn actions_are_no_settings() {
+        let cmd = with_env(ServerArgs::command(), "NEQO_SERVER_");
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some("check-config"))
+            .expect("--check-config");
+        assert!(!is_setting(arg) && arg.get_env().is_none());
     }
 }
