@@ -198,6 +198,11 @@ impl InFlight {
         let task = tokio::task::spawn_blocking(move || r.reload(&p));
         Self { task, progress }
     }
+
+    /// Whether its deadline gave it up (its thread may still wait on a file).
+    fn given_up(&self) -> bool {
+        self.progress.load(Ordering::Acquire) == GIVEN_UP
+    }
 }
 
 /// Runs `run`, reloading on each SIGHUP (from `hangups`), where there is SIGHUP (Unix): the
@@ -231,7 +236,7 @@ pub(super) async fn reloading(
                         in_flight = Some(InFlight::start(&reloader));
                         deadline = Some(tokio::time::Instant::now() + RELOAD_DEADLINE);
                     } else {
-                        if deadline.is_none() && !again {
+                        if in_flight.as_ref().is_some_and(InFlight::given_up) && !again {
                             eprintln!(
                                 "neqo-server: SIGHUP: the reload given up still waits on a file; \
                                  the next follows once it ends (a restart ends it)"
@@ -258,11 +263,10 @@ pub(super) async fn reloading(
                 }
                 ended = finished(&mut in_flight) => {
                     deadline = None;
-                    let was_given_up = in_flight
-                        .take()
-                        .is_some_and(|f| f.progress.load(Ordering::Acquire) == GIVEN_UP);
-                    if was_given_up {
-                        eprintln!("neqo-server: SIGHUP: the reload given up has ended, its result ignored");
+                    if in_flight.take().as_ref().is_some_and(InFlight::given_up) {
+                        eprintln!(
+                            "neqo-server: SIGHUP: the reload given up has ended, its result ignored"
+                        );
                     }
                     if let Err(e) = ended {
                         eprintln!("neqo-server: SIGHUP: the reload failed: {e}");
