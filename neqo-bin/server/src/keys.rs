@@ -119,16 +119,28 @@ impl ServerKeys {
     /// [`MIN_SECRET`] or more than [`MAX_SECRET`] bytes: the path and what is wrong with it,
     /// whose message says what to do.
     pub fn load_or_create(path: &Path) -> Result<Self, KeyFileError> {
-        let secret = match read_checked(path)? {
-            Some(secret) => secret,
+        match Self::load(path)? {
+            Some(keys) => Ok(keys),
+            None => Ok(Self::from_secret(&create(path)?)),
+        }
+    }
+
+    /// Keys from the secret in `path`, as [`load_or_create`](Self::load_or_create) reads it;
+    /// `None`, creating nothing, where there is no file yet (its directory checked as
+    /// `load_or_create` checks it before creating one): for a check of a configuration.
+    ///
+    /// # Errors
+    /// As [`load_or_create`](Self::load_or_create), but for the creation.
+    pub fn load(path: &Path) -> Result<Option<Self>, KeyFileError> {
+        match read_checked(path)? {
+            Some(secret) => Ok(Some(Self::from_secret(&secret))),
             None => {
                 // Refused before the file is made, with the message an existing file gets.
                 #[cfg(unix)]
                 check_dir(path)?;
-                create(path)?
+                Ok(None)
             }
-        };
-        Ok(Self::from_secret(&secret))
+        }
     }
 }
 
@@ -533,6 +545,27 @@ mod tests {
             e.starts_with(&format!("{}: cannot create it: ", shown.display())),
             "{e}"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `load` reads and checks a file as `load_or_create` does, and creates none.
+    #[test]
+    fn load_reads_an_existing_file_and_creates_none() {
+        let dir = test_dir("load");
+        let path = dir.join("secret");
+        assert!(ServerKeys::load(&path).unwrap().is_none());
+        assert!(!path.exists(), "created");
+        let secret = write_key(&path, MIN_SECRET);
+        assert_eq!(
+            reset_token(&ServerKeys::load(&path).unwrap().expect("the file")),
+            reset_token(&ServerKeys::from_secret(&secret))
+        );
+        #[cfg(unix)]
+        {
+            set_mode(&path, 0o644);
+            let e = ServerKeys::load(&path).unwrap_err().to_string();
+            assert_eq!(e, refusal(&path));
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

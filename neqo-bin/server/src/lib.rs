@@ -239,6 +239,19 @@ impl ServerConfig {
         self
     }
 
+    /// Checks this configuration as [`Server::bind`] does before it binds anything: the root,
+    /// the certificates (a self-signed one made when there are none), the ALPNs and their
+    /// applications, the worker count and server ID, `SSLKEYLOGFILE` for logged secrets, the
+    /// transport settings. Nothing is bound, started or created; what only binding finds (an
+    /// address in use, a steering program the kernel refuses, the metrics address) is not
+    /// checked.
+    ///
+    /// # Errors
+    /// What [`Server::bind`] would refuse of those.
+    pub fn check(&self) -> Result<(), ServerError> {
+        prepare(self.clone()).map(|_| ())
+    }
+
     /// Whether a connection of `alpn` speaks HTTP/3: the built-in `h3` or a service.
     fn speaks_http3(&self, alpn: &str) -> bool {
         self.apps

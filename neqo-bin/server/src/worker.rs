@@ -402,6 +402,41 @@ pub(super) mod tests {
         bind(&["h3", "hq-interop", "perf"]).expect("every served ALPN");
     }
 
+    /// `ServerConfig::check` refuses what `bind` refuses before binding, and binds nothing: a
+    /// config on a port held elsewhere passes it, where `bind` finds the port taken.
+    #[test]
+    fn check_refuses_what_bind_refuses_and_binds_nothing() {
+        let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let config = ServerConfig {
+            listen: vec![held.local_addr().unwrap()],
+            workers: 1,
+            ..ServerConfig::default()
+        };
+        config.check().expect("a good config");
+        assert!(Server::bind(config.clone()).is_err(), "the port is taken");
+        let refused = |change: fn(&mut ServerConfig)| {
+            let mut c = config.clone();
+            change(&mut c);
+            c.check().expect_err("refused")
+        };
+        assert!(matches!(
+            refused(|c| c.alpns = vec!["h2".into()]),
+            crate::ServerError::UnknownAlpn(a) if a == "h2"
+        ));
+        assert!(matches!(
+            refused(|c| c.alpns.clear()),
+            crate::ServerError::NoAlpn
+        ));
+        assert!(matches!(
+            refused(|c| c.workers = 0),
+            crate::ServerError::Layout(crate::LayoutError::Workers(0))
+        ));
+        assert!(matches!(
+            refused(|c| c.root = Some("/nonexistent/neqo-check".into())),
+            crate::ServerError::Root { .. }
+        ));
+    }
+
     #[test]
     fn a_dispatcher_that_panics_stops_the_server_with_an_error() {
         let server = Server::bind(ServerConfig {

@@ -7,6 +7,8 @@ use anyhow::{Context as _, bail};
 use neqo_protocols::{ALPN_H3, ALPN_HQ, ALPN_PERF};
 use neqo_udp::MAX_BATCH_SIZE;
 
+use super::os::writable;
+
 /// The ALPNs both binaries speak.
 pub const SUPPORTED_ALPNS: [&str; 3] = [ALPN_HQ, ALPN_PERF, ALPN_H3];
 
@@ -148,6 +150,92 @@ pub fn check_writable_file(flag: &str, path: &Path) -> anyhow::Result<()> {
             Ok(())
         }
         Err(e) => Err(e).with_context(|| format!("{flag} {shown}: cannot write it")),
+    }
+}
+
+/// `FLAG DIR` as [`check_writable_dir`] would find it, creating nothing: a directory this
+/// user may write in, or one that could be made (its nearest existing ancestor a directory
+/// this user may write in), which the note returned then says.
+///
+/// # Errors
+/// Not a directory, not writable, or nowhere to make it.
+pub(super) fn check_dir_could_be_written(flag: &str, dir: &Path) -> anyhow::Result<Option<String>> {
+    let shown = dir.display();
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {
+            if !writable(dir).with_context(|| format!("{flag} {shown}"))? {
+                bail!("{flag} {shown}: cannot write in it");
+            }
+            Ok(None)
+        }
+        Ok(_) => bail!("{flag} {shown}: not a directory"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let Some(base) = dir.ancestors().skip(1).map(or_here).find(|a| a.exists()) else {
+                bail!("{flag} {shown}: cannot create it: nothing above it exists");
+            };
+            if !base.is_dir() {
+                bail!(
+                    "{flag} {shown}: cannot create it: {} is not a directory",
+                    base.display()
+                );
+            }
+            if !writable(base).with_context(|| format!("{flag} {shown}"))? {
+                bail!(
+                    "{flag} {shown}: cannot create it: cannot write in {}",
+                    base.display()
+                );
+            }
+            Ok(Some(format!("{flag} {shown} would be created")))
+        }
+        Err(e) => Err(e).with_context(|| format!("{flag} {shown}: cannot look it up")),
+    }
+}
+
+/// `FLAG FILE` as an open for writing (or appending) would find it, creating nothing: a file
+/// this user may write, or one its directory lets this user create, which the note returned
+/// then says.
+///
+/// # Errors
+/// A directory, a file that may not be written, or no directory to create it in.
+pub(super) fn check_file_could_be_written(
+    flag: &str,
+    path: &Path,
+) -> anyhow::Result<Option<String>> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => bail!("{flag} {shown}: is a directory"),
+        Ok(_) => {
+            if !writable(path).with_context(|| format!("{flag} {shown}"))? {
+                bail!("{flag} {shown}: cannot write it");
+            }
+            Ok(None)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = or_here(path.parent().unwrap_or(Path::new("")));
+            if !parent.is_dir() {
+                bail!(
+                    "{flag} {shown}: no directory {} to write it in",
+                    parent.display()
+                );
+            }
+            if !writable(parent).with_context(|| format!("{flag} {shown}"))? {
+                bail!(
+                    "{flag} {shown}: cannot create it: cannot write in {}",
+                    parent.display()
+                );
+            }
+            Ok(Some(format!("{flag} {shown} would be created")))
+        }
+        Err(e) => Err(e).with_context(|| format!("{flag} {shown}: cannot look it up")),
+    }
+}
+
+/// `.` for the empty path a bare name's parent is.
+fn or_here(path: &Path) -> &Path {
+    if path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        path
     }
 }
 

@@ -32,7 +32,9 @@ as curl does; a generated /N body (the pattern, checked byte by byte either way)
 pub struct ClientArgs {
     /// Read settings from this TOML file: its keys are the long flag names (`alpn = "h3"`,
     /// `insecure = true`). A flag overrides an environment variable (`NEQO_CLIENT_ALPN` for
-    /// --alpn), which overrides the file.
+    /// --alpn; a comma-separated list for a repeatable flag), which overrides the file. The
+    /// file: a regular file (symbolic links followed) of at most 1 MiB of UTF-8, owned by this
+    /// user or root, not writable by every user.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log more: -v info, -vv debug, -vvv trace (over RUST_LOG, which takes a full filter).
@@ -306,11 +308,7 @@ pub fn client_from_env() -> ExitCode {
     let cmd = layers::with_env(ClientArgs::command(), CLIENT_ENV_PREFIX);
     let parsed = match layers::parse::<ClientArgs>(&cmd, std::env::args_os().collect()) {
         Ok(parsed) => parsed,
-        Err(layers::LayerError::Clap(e)) => e.exit(),
-        Err(layers::LayerError::File(e)) => {
-            eprintln!("neqo-client: error: {e:#}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return e.exit("neqo-client"),
     };
     let quiet = parsed.args.quiet;
     init_logging_verbose(parsed.args.verbose, if quiet { "error" } else { "warn" });

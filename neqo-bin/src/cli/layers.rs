@@ -2,29 +2,47 @@
 //! (`NEQO_SERVER_LISTEN` for `--listen`: the binary's prefix, then the long flag in upper
 //! case with dashes as underscores) and a TOML file named by `--config` (its keys are the
 //! long flag names: `listen = "127.0.0.1:4433"`, `alpn = ["h3", "perf"]`, `keylog = true`).
+//! A repeatable flag's variable holds a comma-separated list
+//! (`NEQO_SERVER_LISTEN="127.0.0.1:4433,[::1]:4433"`); on the command line and in the file its
+//! values are never split, so a path with a comma goes there.
 //!
 //! The file's settings become flags placed before the user's, each only where neither a flag
 //! nor a variable sets it, so one parser checks all three alike. Every key and value of the
 //! file is checked first, so that a bad one is refused with the file, line and key named
-//! rather than as a flag the user never typed.
+//! rather than as a flag the user never typed; a bad value from a variable is refused with
+//! the variable named. The file itself is read within bounds ([`read_config`]).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     ffi::OsString,
+    io::Read as _,
     path::{Path, PathBuf},
+    process::ExitCode,
 };
 
-use anyhow::{Context as _, bail};
-use clap::{ArgAction, ArgMatches, Command, FromArgMatches, parser::ValueSource};
+use anyhow::bail;
+use clap::{
+    ArgAction, ArgMatches, Command, FromArgMatches,
+    error::{ContextKind, ContextValue, ErrorKind},
+    parser::ValueSource,
+};
 use toml::{Spanned, Value};
 
 /// The flag naming the file.
 const CONFIG: &str = "config";
 
+/// Flags that say what to do rather than how: no variable or key sets them (a file saying
+/// `check-config = true` would keep every start from serving).
+const ACTIONS: [&str; 1] = ["check_config"];
+
+/// The most a config file may hold, read into memory whole: far more than any real one.
+pub const MAX_CONFIG: u64 = 1 << 20;
+
 /// Arguments that are settings, which a variable or a key may set: not `--help`, `--version`
-/// or `-v` (`RUST_LOG` is its variable), nor positional arguments.
+/// or `-v` (`RUST_LOG` is its variable), nor positional arguments, nor [`ACTIONS`].
 fn is_setting(arg: &clap::Arg) -> bool {
     arg.get_long().is_some()
+        && !ACTIONS.contains(&arg.get_id().as_str())
         && !matches!(
             arg.get_action(),
             ArgAction::Help
@@ -33,6 +51,15 @@ fn is_setting(arg: &clap::Arg) -> bool {
                 | ArgAction::Version
                 | ArgAction::Count
         )
+}
+
+/// Repeatable settings whose values clap does not split (`--listen`, `--tls-cert`): their
+/// variables hold comma-separated lists, split here. Clap splits the variables of those that
+/// split their values anyway (`--alpn h3,perf`).
+fn is_list(arg: &clap::Arg) -> bool {
+    is_setting(arg)
+        && matches!(arg.get_action(), ArgAction::Append)
+        && arg.get_value_delimiter().is_none()
 }
 
 /// The variable that sets `long` for a binary whose variables start with `prefix`.
@@ -52,6 +79,13 @@ pub fn with_env(cmd: Command, prefix: &str) -> Command {
     })
 }
 
+/// The variable of `arg` and its value, if it is set.
+fn variable(arg: &clap::Arg) -> Option<(String, OsString)> {
+    let var = arg.get_env()?;
+    let value = std::env::var_os(var)?;
+    Some((var.to_string_lossy().into_owned(), value))
+}
+
 /// Parsed settings and where the file's came from, to name the file and line in a message
 /// about one of them.
 #[derive(Debug)]
@@ -64,6 +98,47 @@ pub struct Parsed<T> {
     pub from_file: BTreeMap<String, usize>,
     /// For each flag a variable set (its long name), the variable.
     pub from_env: BTreeMap<String, String>,
+    /// The settings (long names) the command line set, `--config` aside.
+    pub from_flags: BTreeSet<String>,
+    /// Every setting's values, to tell which changed when the settings are read again.
+    pub values: Values,
+}
+
+/// Every setting's values as given (their text; a default's too), by long name, in the
+/// order of `--help`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Values(Vec<(String, Vec<OsString>)>);
+
+impl Values {
+    fn of(cmd: &Command, matches: &ArgMatches) -> Self {
+        Self(
+            cmd.get_arguments()
+                .filter(|a| is_setting(a))
+                .map(|a| {
+                    let values = matches
+                        .get_raw(a.get_id().as_str())
+                        .map(|v| v.map(ToOwned::to_owned).collect())
+                        .unwrap_or_default();
+                    (a.get_long().unwrap_or_default().to_owned(), values)
+                })
+                .collect(),
+        )
+    }
+
+    /// The settings (long names) whose values differ in `other` (the same command's), in
+    /// order, but for those named in `except`.
+    #[must_use]
+    pub fn changed(&self, other: &Self, except: &[&str]) -> Vec<String> {
+        let theirs: BTreeMap<&str, &Vec<OsString>> =
+            other.0.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        self.0
+            .iter()
+            .filter(|(long, values)| {
+                !except.contains(&long.as_str()) && theirs.get(long.as_str()) != Some(&values)
+            })
+            .map(|(long, _)| long.clone())
+            .collect()
+    }
 }
 
 impl<T> Parsed<T> {
@@ -97,56 +172,242 @@ impl<T> Parsed<T> {
             _ => message,
         }
     }
+
+    /// Where the settings came from, for a line about them: how many from the file (named),
+    /// the variables and the flags (`--config` itself aside).
+    #[must_use]
+    pub fn sources(&self) -> String {
+        let file = self.file.as_ref().map_or_else(String::new, |f| {
+            format!("{} from {}, ", self.from_file.len(), f.display())
+        });
+        let variables = self.from_env.keys().filter(|long| *long != CONFIG).count();
+        format!(
+            "{file}{variables} from variables, {} from flags, the rest defaults",
+            self.from_flags.len()
+        )
+    }
 }
 
 /// Parses `argv` for `cmd` (which has a `--config` setting and the variables of
 /// [`with_env`]) with the file's settings under the flags' and the variables'.
 ///
 /// # Errors
-/// A clap error (`--help` and `--version` too: the caller exits with it), or a file that
-/// cannot be read, is not TOML, or holds a key or value that is not a setting.
+/// A clap error (`--help` and `--version` too: the caller exits with it), a bad value of a
+/// variable, or a file that cannot be read, is not TOML, or holds a key or value that is not
+/// a setting.
 pub fn parse<T: FromArgMatches>(
     cmd: &Command,
     argv: Vec<OsString>,
 ) -> Result<Parsed<T>, LayerError> {
-    // Lenient: a flag that needs another the file gives (`--tls-cert` beside a file's `tls-key`)
-    // is checked in the full parse.
-    let given = cmd
-        .clone()
-        .ignore_errors(true)
-        .try_get_matches_from(&argv)
-        .map_err(LayerError::Clap)?;
-    let file = given.try_get_one::<PathBuf>(CONFIG).ok().flatten().cloned();
-    let Some(file) = file else {
-        let matches = cmd
-            .clone()
-            .try_get_matches_from(argv)
-            .map_err(LayerError::Clap)?;
-        let args = T::from_arg_matches(&matches).map_err(LayerError::Clap)?;
-        return Ok(Parsed {
-            args,
-            file: None,
-            from_file: BTreeMap::new(),
-            from_env: set_by_env(cmd, &matches),
-        });
+    let given = flags_given(cmd, &argv)?;
+    let on_command_line = |arg: &clap::Arg| {
+        given.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
     };
-    let (flags, from_file) = file_flags(cmd, &given, &file).map_err(LayerError::File)?;
-    let mut layered = Vec::with_capacity(argv.len() + flags.len());
+    let mut layered = Vec::with_capacity(argv.len());
     let mut argv = argv.into_iter();
     layered.extend(argv.next());
-    layered.extend(flags);
+    let (file, from_file) = match config_file(cmd, &given) {
+        Some((file, var)) => {
+            // Clap takes a variable where no flag sets its setting, as here.
+            let (flags, from_file) = file_flags(cmd, &file, &|arg| {
+                on_command_line(arg) || variable(arg).is_some()
+            })
+            .map_err(|e| {
+                LayerError::File(match var {
+                    Some(var) => e.context(var),
+                    None => e,
+                })
+            })?;
+            layered.extend(flags);
+            (Some(file), from_file)
+        }
+        None => (None, BTreeMap::new()),
+    };
+    let (lists, from_lists) = list_variables(cmd, &on_command_line)?;
+    layered.extend(lists);
     layered.extend(argv);
-    let matches = cmd
+    // The lists' variables are split above, not taken whole by clap.
+    let parser = cmd.clone().mut_args(|arg| {
+        if is_list(&arg) {
+            arg.env(None::<&'static str>)
+        } else {
+            arg
+        }
+    });
+    let located = |e: clap::Error| match from_variable(cmd, &on_command_line, e) {
+        LayerError::Clap(e) if e.kind() == ErrorKind::MissingRequiredArgument => {
+            match requiring_variable(&parser, &layered, &from_lists, &on_command_line) {
+                Some(var) => LayerError::Variable(format!("{var}: {}", clap_reason(&e))),
+                None => LayerError::Clap(e),
+            }
+        }
+        other => other,
+    };
+    let matches = parser
         .clone()
-        .try_get_matches_from(layered)
-        .map_err(LayerError::Clap)?;
-    let args = T::from_arg_matches(&matches).map_err(LayerError::Clap)?;
+        .try_get_matches_from(&layered)
+        .map_err(located)?;
+    let args = T::from_arg_matches(&matches).map_err(located)?;
+    let mut from_env = set_by_env(&parser, &matches);
+    from_env.extend(from_lists);
+    let from_flags = cmd
+        .get_arguments()
+        .filter(|a| is_setting(a) && a.get_id() != CONFIG && on_command_line(a))
+        .filter_map(|a| a.get_long().map(ToOwned::to_owned))
+        .collect();
     Ok(Parsed {
         args,
-        file: Some(file),
+        file,
         from_file,
-        from_env: set_by_env(cmd, &matches),
+        from_env,
+        from_flags,
+        values: Values::of(&parser, &matches),
     })
+}
+
+/// What the command line alone gives (no variable, no file), parsed leniently: only to see
+/// which settings it sets and the file it names. `--help` and `--version` end it, shown by
+/// `cmd` (which names the variables).
+fn flags_given(cmd: &Command, argv: &[OsString]) -> Result<ArgMatches, LayerError> {
+    let bare = cmd
+        .clone()
+        .mut_args(|arg| arg.env(None::<&'static str>))
+        .ignore_errors(true);
+    bare.try_get_matches_from(argv)
+        .map_err(|e| LayerError::Clap(cmd.clone().try_get_matches_from(argv).err().unwrap_or(e)))
+}
+
+/// The file `--config` names, on the command line or else in its variable (then named too).
+fn config_file(cmd: &Command, given: &ArgMatches) -> Option<(PathBuf, Option<String>)> {
+    if let Some(file) = given.try_get_one::<PathBuf>(CONFIG).ok().flatten() {
+        return Some((file.clone(), None));
+    }
+    let (var, value) = cmd
+        .get_arguments()
+        .find(|a| a.get_id() == CONFIG)
+        .and_then(variable)?;
+    Some((PathBuf::from(value), Some(var)))
+}
+
+/// The flags the variables of [`is_list`] settings stand for, each value of the list checked
+/// by its flag's parser; with the variable of each such setting. Those the command line sets
+/// (`flagged`) are left out: a flag overrides a variable.
+fn list_variables(
+    cmd: &Command,
+    flagged: &dyn Fn(&clap::Arg) -> bool,
+) -> Result<(Vec<OsString>, BTreeMap<String, String>), LayerError> {
+    let mut flags = Vec::new();
+    let mut vars = BTreeMap::new();
+    for arg in cmd.get_arguments().filter(|a| is_list(a) && !flagged(a)) {
+        let Some((var, value)) = variable(arg) else {
+            continue;
+        };
+        let long = arg.get_long().expect("a setting has a long name");
+        let value = value.to_str().ok_or_else(|| {
+            LayerError::Variable(format!(
+                "{var}: not UTF-8; give --{long} on the command line instead"
+            ))
+        })?;
+        for item in value.split(',') {
+            check_value(cmd, arg, item)
+                .map_err(|reason| LayerError::Variable(format!("{var}: {reason}")))?;
+            flags.push(OsString::from(format!("--{long}={item}")));
+        }
+        vars.insert(long.to_owned(), var);
+    }
+    Ok((flags, vars))
+}
+
+/// Clap's error `e`, with the variables named in front when it is about values from
+/// variables: the settings it names that the command line (`flagged`) does not set, whose
+/// variable is set (to the value refused, when it names one).
+fn from_variable(
+    cmd: &Command,
+    flagged: &dyn Fn(&clap::Arg) -> bool,
+    e: clap::Error,
+) -> LayerError {
+    let refused = match e.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(v)) => Some(v.as_str()),
+        _ => None,
+    };
+    let vars: Vec<String> = [ContextKind::InvalidArg, ContextKind::PriorArg]
+        .into_iter()
+        .filter_map(|kind| e.get(kind))
+        .flat_map(|v| match v {
+            ContextValue::String(s) => vec![s.as_str()],
+            ContextValue::Strings(v) => v.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        })
+        .filter_map(|named| named_arg(cmd, named))
+        .filter(|arg| !flagged(arg))
+        .filter_map(|arg| {
+            let (var, value) = variable(arg)?;
+            let value = value.to_string_lossy();
+            let holds = |v: &str| match arg.get_value_delimiter() {
+                Some(d) => value.split(d).any(|part| part == v),
+                None => value == v,
+            };
+            refused.is_none_or(holds).then_some(var)
+        })
+        .collect();
+    if vars.is_empty() {
+        LayerError::Clap(e)
+    } else {
+        LayerError::Variable(format!("{}: {}", vars.join(", "), clap_reason(&e)))
+    }
+}
+
+/// The variable whose setting requires another that nothing gives (`NEQO_SERVER_TLS_CERT`
+/// without a key), which clap's message does not name: the first without which `parser` no
+/// longer finds a required argument missing in `argv`. Those of `lists` are in `argv`, as
+/// flags.
+fn requiring_variable(
+    parser: &Command,
+    argv: &[OsString],
+    lists: &BTreeMap<String, String>,
+    flagged: &dyn Fn(&clap::Arg) -> bool,
+) -> Option<String> {
+    let still_missing = |cmd: Command, argv: &[OsString]| {
+        matches!(
+            cmd.try_get_matches_from(argv),
+            Err(e) if e.kind() == ErrorKind::MissingRequiredArgument
+        )
+    };
+    let from_lists = lists.iter().find(|(long, _)| {
+        let prefix = format!("--{long}=");
+        let without: Vec<OsString> = argv
+            .iter()
+            .filter(|a| !a.to_string_lossy().starts_with(&prefix))
+            .cloned()
+            .collect();
+        !still_missing(parser.clone(), &without)
+    });
+    if let Some((_, var)) = from_lists {
+        return Some(var.clone());
+    }
+    parser
+        .get_arguments()
+        .filter(|a| is_setting(a) && !flagged(a))
+        .filter_map(|a| Some((a.get_id().clone(), variable(a)?.0)))
+        .find(|(id, _)| {
+            let without = parser
+                .clone()
+                .mut_arg(id.clone(), |a| a.env(None::<&'static str>));
+            !still_missing(without, argv)
+        })
+        .map(|(_, var)| var)
+}
+
+/// The argument a clap message names as `--long <VALUE>` (or `-s` without a long name).
+fn named_arg<'c>(cmd: &'c Command, named: &str) -> Option<&'c clap::Arg> {
+    let flag = named.split([' ', '=']).next()?;
+    match flag.strip_prefix("--") {
+        Some(long) => cmd.get_arguments().find(|a| a.get_long() == Some(long)),
+        None => {
+            let short = flag.strip_prefix('-')?.chars().next()?;
+            cmd.get_arguments().find(|a| a.get_short() == Some(short))
+        }
+    }
 }
 
 /// The flags (long names) variables set in `matches`, with the variables.
@@ -165,23 +426,209 @@ fn set_by_env(cmd: &Command, matches: &ArgMatches) -> BTreeMap<String, String> {
 pub enum LayerError {
     /// From the flags or variables; also `--help` and `--version`.
     Clap(clap::Error),
+    /// A variable's value, refused: the message names the variable.
+    Variable(String),
     /// From the file.
     File(anyhow::Error),
 }
 
-/// The flags the file at `path` stands for, each with its key's line: those that `given`
-/// (the flags and variables) leaves unset.
+impl LayerError {
+    /// Ends `program` as the error says: clap's own exit for its errors (`--help` shown,
+    /// status 2 for a usage error), the same status 2 for a variable's bad value, 1 for a
+    /// file that was refused.
+    pub fn exit(self, program: &str) -> ExitCode {
+        match self {
+            Self::Clap(e) => e.exit(),
+            Self::Variable(m) => {
+                eprintln!("{program}: error: {m}");
+                ExitCode::from(2)
+            }
+            Self::File(e) => {
+                eprintln!("{program}: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    /// The error as one message, for a parse again after start (SIGHUP).
+    #[must_use]
+    pub fn into_anyhow(self) -> anyhow::Error {
+        match self {
+            Self::Clap(e) => anyhow::anyhow!("{}", clap_reason(&e)),
+            Self::Variable(m) => anyhow::anyhow!("{m}"),
+            Self::File(e) => e,
+        }
+    }
+}
+
+/// The text of the config file at `path`, read within bounds: opened without blocking (a
+/// FIFO would wait for a writer for ever), a regular file only (not a FIFO, a device such as
+/// /dev/zero, a directory or a socket), at most [`MAX_CONFIG`] bytes however it grows while
+/// being read, UTF-8. Symbolic links are followed (configs are often links into a managed
+/// tree); a loop of them is named as such. On Unix a file every user may write, or that
+/// belongs to neither this user nor root, is refused: whoever can change it changes the
+/// settings. Not the secret file's rules: a config is not secret.
+///
+/// # Errors
+/// Each of those, naming `--config` and the file.
+pub fn read_config(path: &Path) -> anyhow::Result<String> {
+    let shown = path.display();
+    let refuse = |why: String| anyhow::anyhow!("--config {shown}: {why}");
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options
+        .open(path)
+        .map_err(|e| refuse(open_error(path, &e)))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    if !meta.is_file() {
+        return Err(refuse(format!(
+            "{}, not a regular file",
+            kind(&meta.file_type())
+        )));
+    }
+    #[cfg(unix)]
+    hygiene(&meta).map_err(refuse)?;
+    if meta.len() > MAX_CONFIG {
+        return Err(refuse(format!(
+            "{} bytes; a config file holds at most {MAX_CONFIG} (1 MiB)",
+            meta.len()
+        )));
+    }
+    // One byte more than allowed tells a file that grew past the cap from one that fits.
+    let mut bytes = Vec::new();
+    (&file)
+        .take(MAX_CONFIG + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_CONFIG {
+        return Err(refuse(format!(
+            "grew past {MAX_CONFIG} bytes while being read; a config file holds at most 1 MiB"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| refuse(not_utf8(e.as_bytes(), e.utf8_error())))
+}
+
+/// Why the open of a config file failed, in words: a loop of symbolic links, or what the
+/// path is when it is no file (a socket cannot be opened at all).
+fn open_error(path: &Path, e: &std::io::Error) -> String {
+    #[cfg(unix)]
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return format!("cannot read it: symbolic links in a loop, or too many in a row ({e})");
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => format!("{}, not a regular file", kind(&m.file_type())),
+        _ => format!("cannot read it: {e}"),
+    }
+}
+
+/// What a file that is not a regular one is.
+fn kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }
+}
+
+/// Refuses a config file others could change: writable by every user, or owned by another
+/// user than this one or root.
+#[cfg(unix)]
+fn hygiene(meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o002 != 0 {
+        return Err(format!(
+            "writable by every user (mode {mode:04o}), any of whom could change the settings; \
+             `chmod o-w` it"
+        ));
+    }
+    let (owner, me) = (meta.uid(), super::os::effective_uid());
+    if owner != me && owner != 0 {
+        return Err(format!(
+            "owned by user {owner}, neither this user ({me}) nor root, and that user could \
+             change the settings; `chown` it"
+        ));
+    }
+    Ok(())
+}
+
+/// Where text that is not UTF-8 goes wrong, as a line and column.
+fn not_utf8(bytes: &[u8], e: std::str::Utf8Error) -> String {
+    let valid = &bytes[..e.valid_up_to()];
+    let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = std::str::from_utf8(&valid[line_start..]).map_or(0, |s| s.chars().count()) + 1;
+    format!(
+        "not UTF-8: a byte that is no character at line {line}, column {column} (byte {}); \
+         a config file is UTF-8 text",
+        e.valid_up_to()
+    )
+}
+
+/// `value` checked by the parser of `arg` (of `cmd`) alone: what is wrong with it, on one
+/// line.
+fn check_value(cmd: &Command, arg: &clap::Arg, value: &str) -> Result<(), String> {
+    let long = arg.get_long().expect("a setting has a long name");
+    Command::new(cmd.get_name().to_owned())
+        .no_binary_name(true)
+        .arg(
+            clap::Arg::new("value")
+                .long(long.to_owned())
+                .value_parser(arg.get_value_parser().clone()),
+        )
+        .try_get_matches_from([format!("--{long}={value}")])
+        .map(|_| ())
+        .map_err(|e| clap_reason(&e))
+}
+
+/// The flags the file at `path` stands for, each with its key's line: those of the settings
+/// `set` (by a flag or a variable) does not hold.
 fn file_flags(
     cmd: &Command,
-    given: &ArgMatches,
     path: &Path,
+    set: &dyn Fn(&clap::Arg) -> bool,
 ) -> anyhow::Result<(Vec<OsString>, BTreeMap<String, usize>)> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("--config {shown}: cannot read it"))?;
-    let table: BTreeMap<Spanned<String>, Spanned<Value>> =
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    let text = read_config(path)?;
     let line = |at: usize| text[..at].matches('\n').count() + 1;
+    let table: BTreeMap<Spanned<String>, Spanned<Value>> = toml::from_str(&text).map_err(|e| {
+        // Not toml's own rendering, which quotes the line: all of it, however long.
+        let at = e.span().map_or(0, |s| s.start).min(text.len());
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let column = text[start..at].chars().count() + 1;
+        let why: Vec<&str> = e
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        anyhow::anyhow!(
+            "{shown}: TOML parse error at line {}, column {column}: {}",
+            line(at),
+            why.join("; ")
+        )
+    })?;
     let mut flags = Vec::new();
     let mut from_file = BTreeMap::new();
     for (key, value) in &table {
@@ -200,10 +647,7 @@ fn file_flags(
             );
         };
         let long = arg.get_long().expect("a setting has a long name");
-        if matches!(
-            given.value_source(arg.get_id().as_str()),
-            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
-        ) {
+        if set(arg) {
             continue;
         }
         let values: Vec<String> = match value.get_ref() {
@@ -223,16 +667,8 @@ fn file_flags(
         };
         if arg.get_action().takes_values() {
             for v in &values {
-                // The flag's own parser, alone: it says what is wrong with the value.
-                Command::new(cmd.get_name().to_owned())
-                    .no_binary_name(true)
-                    .arg(
-                        clap::Arg::new("value")
-                            .long(long.to_owned())
-                            .value_parser(arg.get_value_parser().clone()),
-                    )
-                    .try_get_matches_from([format!("--{long}={v}")])
-                    .map_err(|e| anyhow::anyhow!("{at}: `{key}` = {v:?}: {}", clap_reason(&e)))?;
+                check_value(cmd, arg, v)
+                    .map_err(|reason| anyhow::anyhow!("{at}: `{key}` = {v:?}: {reason}"))?;
                 flags.push(OsString::from(format!("--{long}={v}")));
             }
         } else {
@@ -264,8 +700,89 @@ fn clap_reason(e: &clap::Error) -> String {
     let text = e.to_string();
     text.lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:")
+        })
         .map(|l| l.strip_prefix("error: ").unwrap_or(l))
-        .collect::<Vec<_>>()
-        .join("; ")
+        .fold(String::new(), |mut line, l| {
+            // A list clap puts under its heading (`not provided:`) goes on after it.
+            if line.ends_with(':') {
+                line.push(' ');
+            } else if !line.is_empty() {
+                line.push_str("; ");
+            }
+            line.push_str(l);
+            line
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+    use crate::cli::ServerArgs;
+
+    fn values(args: &[&str]) -> Values {
+        // No variables: the settings come from `args` alone, whatever this process's
+        // environment holds.
+        let cmd = ServerArgs::command();
+        let argv = std::iter::once("neqo-server").chain(args.iter().copied());
+        parse::<ServerArgs>(&cmd, argv.map(OsString::from).collect())
+            .unwrap_or_else(|_| panic!("{args:?}"))
+            .values
+    }
+
+    /// The settings that differ are named by their flags, in `--help`'s order, whatever the
+    /// order or spelling they were given in; those excepted and those equal are not.
+    #[test]
+    fn changed_settings_are_named_by_their_flags() {
+        let start = values(&["--workers", "1", "--tls-cert", "a", "--tls-key", "b"]);
+        assert!(start.changed(&start, &[]).is_empty());
+        let again = values(&[
+            "--tls-key=d",
+            "--workers=2",
+            "--cert",
+            "c",
+            "--listen",
+            "127.0.0.1:1",
+        ]);
+        assert_eq!(
+            start.changed(&again, &["tls-cert", "tls-key"]),
+            ["listen", "workers"]
+        );
+        assert_eq!(
+            start.changed(&again, &[]),
+            ["listen", "tls-cert", "tls-key", "workers"]
+        );
+        // A default given as a flag is the same value.
+        assert!(
+            values(&["--retry", "auto"])
+                .changed(&values(&[]), &[])
+                .is_empty()
+        );
+    }
+
+    /// Text that is not UTF-8 is placed by line and character, not only by byte.
+    #[test]
+    fn not_utf8_is_placed_by_line_and_column() {
+        let bytes = b"workers = 1\nroot = \"caf\xc3\xa9 \xff\"\n";
+        let e = String::from_utf8(bytes.to_vec()).unwrap_err().utf8_error();
+        assert_eq!(
+            not_utf8(bytes, e),
+            "not UTF-8: a byte that is no character at line 2, column 14 (byte 26); a config \
+             file is UTF-8 text"
+        );
+    }
+
+    /// `check-config` is an action: no variable, no key.
+    #[test]
+    fn actions_are_no_settings() {
+        let cmd = with_env(ServerArgs::command(), "NEQO_SERVER_");
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some("check-config"))
+            .expect("--check-config");
+        assert!(!is_setting(arg) && arg.get_env().is_none());
+    }
 }

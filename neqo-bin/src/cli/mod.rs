@@ -78,6 +78,7 @@ pub struct IoArgs {
 mod checks;
 mod choices;
 mod layers;
+mod os;
 pub use choices::{CcArg, CipherSuiteArg, PacingTimerArg, RetryPolicyArg, SteeringArg};
 mod client;
 mod server;
@@ -87,7 +88,9 @@ pub use checks::{
     MIN_STATS_INTERVAL, SUPPORTED_ALPNS, check_alpn, check_batch_size, check_seconds,
     check_stream_bytes, check_writable_dir, check_writable_file,
 };
-use checks::{check_count, check_positive};
+use checks::{
+    check_count, check_dir_could_be_written, check_file_could_be_written, check_positive,
+};
 pub use client::{CLIENT_ENV_PREFIX, ClientArgs, client_from_env, client_main};
 pub use server::{
     AccessLogFormatArg, ENV_PREFIX as SERVER_ENV_PREFIX, ServerArgs, server_from_env, server_main,
@@ -108,11 +111,22 @@ impl IoArgs {
     /// # Errors
     /// The first bad setting, naming its flag.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.validate_values()?;
+        self.make_paths()
+    }
+
+    /// The values' own checks, which touch nothing.
+    fn validate_values(&self) -> anyhow::Result<()> {
         check_batch_size(self.batch_size)?;
         self.idle_timeout()?;
         self.max_mtu()?;
         self.ack_every()?;
         self.recv_buffer()?;
+        Ok(())
+    }
+
+    /// Creates `--qlog-dir` and checks that `--json` can be written.
+    fn make_paths(&self) -> anyhow::Result<()> {
         if let Some(dir) = &self.qlog_dir {
             check_writable_dir("--qlog-dir", dir)?;
         }
@@ -120,6 +134,19 @@ impl IoArgs {
             check_writable_file("--json", path)?;
         }
         Ok(())
+    }
+
+    /// The paths as [`make_paths`](Self::make_paths) would find them, creating nothing: notes
+    /// of what a start would create.
+    fn check_paths(&self) -> anyhow::Result<Vec<String>> {
+        let mut notes = Vec::new();
+        if let Some(dir) = &self.qlog_dir {
+            notes.extend(check_dir_could_be_written("--qlog-dir", dir)?);
+        }
+        if let Some(path) = &self.json {
+            notes.extend(check_file_could_be_written("--json", path)?);
+        }
+        Ok(notes)
     }
 
     fn recv_buffer(&self) -> anyhow::Result<usize> {

@@ -1,6 +1,8 @@
 //! `neqo-server`'s command line.
 
-use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{
+    io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration,
+};
 
 use anyhow::{Context as _, bail};
 use neqo_driver::tls::{self, Certificates, Identity};
@@ -15,11 +17,13 @@ use clap::CommandFactory as _;
 mod reload;
 mod settings;
 pub use reload::AccessLogFormatArg;
-use reload::{Reread, access_log, identities, reloading};
+use reload::{Reloader, Reread, access_log, identities, reloading};
 
 use super::{
-    FLEET, IoArgs, LIMITS, LISTENING, OBSERVABILITY, RetryPolicyArg, SteeringArg, check_seconds,
-    init_logging_verbose, layers, parse_size, shutdown_signal, write_json,
+    FLEET, IoArgs, LIMITS, LISTENING, OBSERVABILITY, RetryPolicyArg, SteeringArg,
+    check_file_could_be_written, check_seconds, init_logging_verbose,
+    layers::{self, Values},
+    parse_size, shutdown_signal, write_json,
 };
 
 /// `neqo-server` flags.
@@ -32,9 +36,17 @@ use super::{
 pub struct ServerArgs {
     /// Read settings from this TOML file: its keys are the long flag names (`listen =
     /// "[::]:443"`, `alpn = ["h3"]`, `keylog = true`). A flag overrides an environment
-    /// variable (`NEQO_SERVER_LISTEN` for --listen), which overrides the file.
+    /// variable (`NEQO_SERVER_LISTEN` for --listen; a comma-separated list for a repeatable
+    /// flag), which overrides the file. The file: a regular file (symbolic links followed) of
+    /// at most 1 MiB of UTF-8, owned by this user or root, not writable by every user.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Check the settings (flags, variables, --config) as a start would, binding and creating
+    /// nothing: the certificates, the root, the secret file (or that it would be created), the
+    /// access log's directory, the ALPNs and workers. Prints one line saying they are valid
+    /// and exits 0, or the error and exits 1. Only a flag: no variable or key sets it.
+    #[arg(long)]
+    pub check_config: bool,
     /// Log more: -v info, -vv debug, -vvv trace (over RUST_LOG, which takes a full filter).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -151,11 +163,17 @@ pub struct ServerArgs {
     pub io: IoArgs,
 }
 
-/// Runs `neqo-server` until SIGINT or SIGTERM.
+/// Runs `neqo-server` until SIGINT or SIGTERM (or checks its settings, with --check-config).
 #[must_use]
 pub fn server_main(args: ServerArgs) -> ExitCode {
+    if args.check_config {
+        return finish(
+            check_config(&args, "all from the command line").map_err(|e| format!("{e:#}")),
+        );
+    }
     let again = args.clone();
-    finish(serve(args, Box::new(move || Ok(again.clone()))).map_err(|e| format!("{e:#}")))
+    let reread: Reread = Box::new(move || Ok((again.clone(), Values::default())));
+    finish(serve(args, Values::default(), reread).map_err(|e| format!("{e:#}")))
 }
 
 /// `neqo-server`'s `main`: its settings from the flags, the environment (`NEQO_SERVER_*`) and
@@ -165,20 +183,26 @@ pub fn server_from_env() -> ExitCode {
     let cmd = layers::with_env(ServerArgs::command(), ENV_PREFIX);
     let parsed = match layers::parse::<ServerArgs>(&cmd, std::env::args_os().collect()) {
         Ok(parsed) => parsed,
-        Err(layers::LayerError::Clap(e)) => e.exit(),
-        Err(layers::LayerError::File(e)) => return finish(Err(format!("{e:#}"))),
+        Err(e) => return e.exit("neqo-server"),
     };
     init_logging_verbose(parsed.args.verbose, "warn");
+    if parsed.args.check_config {
+        return finish(
+            check_config(&parsed.args, &parsed.sources())
+                .map_err(|e| parsed.locate(format!("{e:#}"))),
+        );
+    }
     // The settings as at start: the same flags and variables, the file read again.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let reread: Reread = Box::new(
-        move || match layers::parse::<ServerArgs>(&cmd, argv.clone()) {
-            Ok(parsed) => Ok(parsed.args),
-            Err(layers::LayerError::Clap(e)) => Err(anyhow::anyhow!("{}", e.render())),
-            Err(layers::LayerError::File(e)) => Err(e),
-        },
-    );
-    finish(serve(parsed.args.clone(), reread).map_err(|e| parsed.locate(format!("{e:#}"))))
+    let reread: Reread = Box::new(move || {
+        layers::parse::<ServerArgs>(&cmd, argv.clone())
+            .map(|parsed| (parsed.args, parsed.values))
+            .map_err(layers::LayerError::into_anyhow)
+    });
+    finish(
+        serve(parsed.args.clone(), parsed.values.clone(), reread)
+            .map_err(|e| parsed.locate(format!("{e:#}"))),
+    )
 }
 
 /// The prefix of the variables that set `neqo-server`'s flags.
@@ -229,9 +253,29 @@ fn flagged(e: ServerError) -> anyhow::Error {
     }
 }
 
-fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
-    args.validate()?;
-    let identities = identities(&args)?;
+/// What `serve` makes of the settings before it binds; `--check-config` makes the same
+/// creating nothing (no --qlog-dir, secret file or access log made or opened), with `notes`
+/// of what a start would create.
+struct Prepared {
+    config: ServerConfig,
+    certificates: Certificates,
+    self_signed: bool,
+    drain: Duration,
+    log: Option<AccessLog>,
+    notes: Vec<String>,
+}
+
+/// The settings checked and made into a [`ServerConfig`], as far as a start goes before it
+/// binds; with `check`, creating nothing and with the library's own checks of the config.
+fn prepare(args: &ServerArgs, check: bool) -> anyhow::Result<Prepared> {
+    args.validate_values()?;
+    let mut notes = Vec::new();
+    if check {
+        notes.extend(args.io.check_paths()?);
+    } else {
+        args.io.make_paths()?;
+    }
+    let identities = identities(args)?;
     let self_signed = identities.is_empty();
     let certificates = if self_signed {
         Certificates::new(&[Identity::self_signed()?])?
@@ -243,11 +287,28 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         Some(secs) => check_seconds("--drain-timeout", secs, 0.0, MAX_DRAIN_TIMEOUT)?,
         None => DRAIN_TIMEOUT,
     };
-    let log = args
-        .access_log
-        .as_deref()
-        .map(|p| access_log(p, args.access_log_format))
-        .transpose()?;
+    let log = match &args.access_log {
+        Some(path) if check => {
+            if path.as_os_str() != "-" {
+                notes.extend(check_file_could_be_written("--access-log", path)?);
+            }
+            None
+        }
+        Some(path) => Some(access_log(path, args.access_log_format)?),
+        None => None,
+    };
+    let secret_file = |e| anyhow::anyhow!("--secret-file {e}");
+    let keys = match &args.key_file {
+        Some(path) if check => match ServerKeys::load(path).map_err(secret_file)? {
+            Some(keys) => keys,
+            None => {
+                notes.extend(check_file_could_be_written("--secret-file", path)?);
+                ServerKeys::random()
+            }
+        },
+        Some(path) => ServerKeys::load_or_create(path).map_err(secret_file)?,
+        None => ServerKeys::random(),
+    };
     let config = ServerConfig {
         listen: args.listen.clone(),
         root: args.root.clone(),
@@ -258,11 +319,7 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
         apps: args.apps()?,
         limits: args.limits()?,
         budget: args.budget(),
-        keys: match &args.key_file {
-            Some(path) => ServerKeys::load_or_create(path)
-                .map_err(|e| anyhow::anyhow!("--secret-file {e}"))?,
-            None => ServerKeys::random(),
-        },
+        keys,
         transport: args.io.transport()?,
         socket: args.io.socket(),
         driver: args.io.driver().with_drain(drain),
@@ -278,10 +335,58 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
             tls::Secrets::Kept
         },
     };
+    if check {
+        config.check().map_err(flagged)?;
+    }
+    Ok(Prepared {
+        config,
+        certificates,
+        self_signed,
+        drain,
+        log,
+        notes,
+    })
+}
+
+/// `--check-config`: the settings checked as a start checks them before it binds, nothing
+/// bound or created; one line on stdout says they are valid, where they came from (`sources`)
+/// and what a start would create.
+fn check_config(args: &ServerArgs, sources: &str) -> anyhow::Result<()> {
+    let prepared = prepare(args, true)?;
+    let mut line = format!("neqo-server: the settings are valid ({sources})");
+    for note in &prepared.notes {
+        line.push_str("; ");
+        line.push_str(note);
+    }
+    println!("{line}");
+    Ok(())
+}
+
+fn serve(args: ServerArgs, started: Values, reread: Reread) -> anyhow::Result<()> {
+    let Prepared {
+        config,
+        certificates,
+        self_signed,
+        drain,
+        log,
+        notes: _,
+    } = prepare(&args, false)?;
+    // The reloads' threads (the blocking pool's, which nothing else here uses) are named
+    // for what they do, in a stack dump or `top -H`.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .thread_name("neqo-reload")
         .build()?;
-    let reopen = log.as_ref().zip(args.access_log.as_deref());
+    let reloader = Arc::new(Reloader {
+        reread,
+        started,
+        certificates: certificates.clone(),
+        self_signed,
+        log: log
+            .clone()
+            .zip(args.access_log.clone())
+            .filter(|(_, path)| path.as_os_str() != "-"),
+    });
     let report = rt.block_on(async move {
         // Before anything binds: a signal is acted on from the moment the server listens.
         let stopping = if drain.is_zero() {
@@ -311,10 +416,11 @@ fn serve(args: ServerArgs, reread: Reread) -> anyhow::Result<()> {
             );
         }
         let run = server.run(shutdown);
-        reloading(run, hangups, &certificates, &reread, self_signed, reopen)
-            .await
-            .map_err(flagged)
-    })?;
+        reloading(run, hangups, reloader).await.map_err(flagged)
+    });
+    // A reload given up at its deadline may still wait on a file: not for it.
+    rt.shutdown_background();
+    let report = report?;
     if let Some(log) = &log {
         log.close().context("--access-log")?;
         if let Some(lost) = access_log_losses(log) {
@@ -417,6 +523,10 @@ mod tests {
         assert!(long.contains("[env: NEQO_SERVER_WINDOW_BUDGET="), "{long}");
         assert!(long.contains("[env: NEQO_SERVER_NO_PACING="), "{long}");
         assert!(!long.contains("NEQO_SERVER_HELP") && !long.contains("NEQO_SERVER_VERBOSE"));
+        assert!(
+            long.contains("--check-config") && !long.contains("NEQO_SERVER_CHECK_CONFIG"),
+            "an action, not a setting"
+        );
     }
 
     /// Each refusal of a setting the library reports is told in the words of its flag, once,

@@ -1,13 +1,22 @@
 //! What neqo-server's SIGHUP reloads, and what it opens at start for that: the certificates
-//! (`--tls-cert`/`--tls-key`, read and checked pair by pair) and the access log's output.
+//! (`--tls-cert`/`--tls-key`, read and checked pair by pair) and the access log's output;
+//! and how: off the signal handlers' thread, one reload at a time, within a deadline.
 
-use std::{future::Future, path::Path};
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU8, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::{Context as _, bail};
 use neqo_driver::tls::{Certificates, Identity};
 use neqo_server_core::{AccessLog, AccessLogFormat, ServerError, ServerReport};
 
-use super::ServerArgs;
+use super::{ServerArgs, layers::Values};
 
 /// `--access-log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -74,56 +83,197 @@ pub(super) fn hangups() -> Result<Hangups, ServerError> {
     Ok(())
 }
 
-/// Runs `run`, replacing the certificates on each SIGHUP (from `hangups`) with those of the
-/// settings read again and opening the access log file anew (after logrotate moved it away),
-/// where there is SIGHUP (Unix); saying on stderr what it did. A refused reload leaves the
-/// certificates served as they were; a log file that cannot be opened, the old one in use.
+/// How long a reload may take before it is given up: reading a few small files takes
+/// milliseconds, so one that takes this long waits on a file that blocks (a FIFO, a hung
+/// network mount).
+pub(super) const RELOAD_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The settings SIGHUP applies; any other that changed is reported as needing a restart.
+const APPLIED: [&str; 3] = ["tls-cert", "tls-key", "config"];
+
+/// The settings read again, and their values: as at start (the same flags and variables, the
+/// file read anew).
+pub(super) type Reread = Box<dyn Fn() -> anyhow::Result<(ServerArgs, Values)> + Send + Sync>;
+
+/// What a reload works from, shared with the thread each runs on.
+pub(super) struct Reloader {
+    /// How to read the settings again.
+    pub(super) reread: Reread,
+    /// The settings' values at start: what the server runs with but for what reloads apply.
+    pub(super) started: Values,
+    /// The certificates served, replaced by a reload.
+    pub(super) certificates: Certificates,
+    /// Whether the server serves its self-signed certificate (none was given).
+    pub(super) self_signed: bool,
+    /// The access log and the path it is opened again at (not for `-`).
+    pub(super) log: Option<(AccessLog, PathBuf)>,
+}
+
+/// A reload's progress, by which its thread and the deadline agree on which of them settles
+/// it: reading the files, applying what it read, or given up (the old settings kept).
+const READING: u8 = 0;
+/// See [`READING`].
+const APPLYING: u8 = 1;
+/// See [`READING`].
+const GIVEN_UP: u8 = 2;
+
+impl Reloader {
+    /// One reload, on a thread of its own: the settings and the files they name read again,
+    /// then applied and reported on stderr, unless the deadline gave it up first (`progress`).
+    fn reload(&self, progress: &AtomicU8) {
+        let again = (self.reread)();
+        // A server on its self-signed certificate, still given none: no certificates to
+        // reload (a SIGHUP for the log alone is no refused reload).
+        let identities = match &again {
+            Ok((args, _)) if self.self_signed && args.cert.is_empty() => None,
+            Ok((args, _)) => Some(identities(args).and_then(|ids| {
+                if ids.is_empty() {
+                    bail!("no --tls-cert to serve (the self-signed one is not made again)");
+                }
+                Ok(ids)
+            })),
+            Err(e) => Some(Err(anyhow::anyhow!("{e:#}"))),
+        };
+        let log = self
+            .log
+            .as_ref()
+            .map(|(log, path)| (log, path, log_output(path)));
+        let changed = again.as_ref().map_or_else(
+            |_| Vec::new(),
+            |(_, values)| self.started.changed(values, &APPLIED),
+        );
+        if progress
+            .compare_exchange(READING, APPLYING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        if let Some(identities) = identities {
+            match self.certificates.reload(|| identities) {
+                Ok(n) => eprintln!("neqo-server: SIGHUP: serving {n} certificate(s) read again"),
+                Err(e) => eprintln!(
+                    "neqo-server: SIGHUP: certificates not reloaded, still serving the old: {e:#}"
+                ),
+            }
+        }
+        if let Some((log, path, output)) = log {
+            match output.and_then(|out| Ok(log.reopen(out)?)) {
+                Ok(()) => eprintln!(
+                    "neqo-server: SIGHUP: access log {} opened again",
+                    path.display()
+                ),
+                Err(e) => eprintln!(
+                    "neqo-server: SIGHUP: access log not opened again, still writing the old: \
+                     {e:#}"
+                ),
+            }
+        }
+        if !changed.is_empty() {
+            let flags: Vec<String> = changed.iter().map(|l| format!("--{l}")).collect();
+            let (pronoun, verb) = if flags.len() == 1 {
+                ("it", "applies")
+            } else {
+                ("they", "apply")
+            };
+            eprintln!(
+                "neqo-server: SIGHUP: {} changed: {pronoun} {verb} at the next start",
+                flags.join(", ")
+            );
+        }
+    }
+}
+
+/// A reload under way on the blocking pool.
+#[cfg(unix)]
+struct InFlight {
+    task: tokio::task::JoinHandle<()>,
+    progress: Arc<AtomicU8>,
+}
+
+#[cfg(unix)]
+impl InFlight {
+    fn start(reloader: &Arc<Reloader>) -> Self {
+        let progress = Arc::new(AtomicU8::new(READING));
+        let (r, p) = (reloader.clone(), progress.clone());
+        let task = tokio::task::spawn_blocking(move || r.reload(&p));
+        Self { task, progress }
+    }
+
+    /// Whether its deadline gave it up (its thread may still wait on a file).
+    fn given_up(&self) -> bool {
+        self.progress.load(Ordering::Acquire) == GIVEN_UP
+    }
+}
+
+/// Runs `run`, reloading on each SIGHUP (from `hangups`), where there is SIGHUP (Unix): the
+/// certificates replaced with those of the settings read again, the access log file opened
+/// anew (after logrotate moved it away), the settings that changed but apply only at a start
+/// named; stderr says what it did. A refused reload leaves the certificates served as they
+/// were; a log file that cannot be opened, the old one in use.
+///
+/// Each reload runs on the blocking pool, off this task and the signal handlers' (SIGINT and
+/// SIGTERM work whatever a file does), one at a time: SIGHUPs that come meanwhile make one
+/// more reload after it. One not done within [`RELOAD_DEADLINE`] is given up, the old settings
+/// kept; the next waits for its thread to end.
 pub(super) async fn reloading(
     run: impl Future<Output = Result<ServerReport, ServerError>>,
     hangups: Hangups,
-    certificates: &Certificates,
-    reread: &Reread,
-    self_signed: bool,
-    log: Option<(&AccessLog, &Path)>,
+    reloader: Arc<Reloader>,
 ) -> Result<ServerReport, ServerError> {
     #[cfg(unix)]
     {
         let mut hangup = hangups;
         tokio::pin!(run);
+        let mut in_flight: Option<InFlight> = None;
+        // Until it passes, or the reload is given up or done.
+        let mut deadline: Option<tokio::time::Instant> = None;
+        let mut again = false;
         loop {
             tokio::select! {
                 report = &mut run => return report,
                 Some(()) = hangup.recv() => {
-                    let again = reread();
-                    // A server on its self-signed certificate, still given none: nothing to
-                    // reload (a SIGHUP for the log alone is no refused reload).
-                    let nothing = self_signed && again.as_ref().is_ok_and(|a| a.cert.is_empty());
-                    if !nothing {
-                        let reloaded = certificates.reload(|| {
-                            let ids = identities(&again?)?;
-                            if ids.is_empty() {
-                                bail!("no --tls-cert to serve (the self-signed one is not made again)");
-                            }
-                            Ok(ids)
-                        });
-                        match reloaded {
-                            Ok(n) => eprintln!("neqo-server: SIGHUP: serving {n} certificate(s) read again"),
-                            Err(e) => eprintln!(
-                                "neqo-server: SIGHUP: certificates not reloaded, still serving the old: {e:#}"
-                            ),
+                    if in_flight.is_none() {
+                        in_flight = Some(InFlight::start(&reloader));
+                        deadline = Some(tokio::time::Instant::now() + RELOAD_DEADLINE);
+                    } else {
+                        if in_flight.as_ref().is_some_and(InFlight::given_up) && !again {
+                            eprintln!(
+                                "neqo-server: SIGHUP: the reload given up still waits on a file; \
+                                 the next follows once it ends (a restart ends it)"
+                            );
                         }
+                        again = true;
                     }
-                    if let Some((log, path)) = log.filter(|(_, p)| *p != Path::new("-")) {
-                        match log_output(path).and_then(|out| Ok(log.reopen(out)?)) {
-                            Ok(()) => eprintln!(
-                                "neqo-server: SIGHUP: access log {} opened again",
-                                path.display()
-                            ),
-                            Err(e) => eprintln!(
-                                "neqo-server: SIGHUP: access log not opened again, still writing \
-                                 the old: {e:#}"
-                            ),
-                        }
+                }
+                () = until(deadline) => {
+                    deadline = None;
+                    let given_up = in_flight.as_ref().is_some_and(|f| {
+                        f.progress
+                            .compare_exchange(READING, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                    });
+                    // Otherwise it is applying what it read, which takes no waiting.
+                    if given_up {
+                        eprintln!(
+                            "neqo-server: SIGHUP: reload not done within {} s (a file that blocks: \
+                             a FIFO, a hung mount?), given up: still serving the old settings",
+                            RELOAD_DEADLINE.as_secs()
+                        );
+                    }
+                }
+                ended = finished(&mut in_flight) => {
+                    deadline = None;
+                    if in_flight.take().as_ref().is_some_and(InFlight::given_up) {
+                        eprintln!(
+                            "neqo-server: SIGHUP: the reload given up has ended, its result ignored"
+                        );
+                    }
+                    if let Err(e) = ended {
+                        eprintln!("neqo-server: SIGHUP: the reload failed: {e}");
+                    }
+                    if std::mem::take(&mut again) {
+                        in_flight = Some(InFlight::start(&reloader));
+                        deadline = Some(tokio::time::Instant::now() + RELOAD_DEADLINE);
                     }
                 }
             }
@@ -131,8 +281,26 @@ pub(super) async fn reloading(
     }
     #[cfg(not(unix))]
     {
-        let _ = (hangups, certificates, reread, self_signed, log);
+        let _ = (hangups, reloader);
         run.await
+    }
+}
+
+/// Resolves at `deadline`; never without one.
+#[cfg(unix)]
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the reload in flight ends; never without one.
+#[cfg(unix)]
+async fn finished(in_flight: &mut Option<InFlight>) -> Result<(), tokio::task::JoinError> {
+    match in_flight {
+        Some(f) => (&mut f.task).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -157,6 +325,3 @@ pub(super) fn identities(args: &ServerArgs) -> anyhow::Result<Vec<Identity>> {
         })
         .collect()
 }
-
-/// Where SIGHUP gets the certificates from: the settings read again, as at start.
-pub(super) type Reread = Box<dyn Fn() -> anyhow::Result<ServerArgs>>;

@@ -35,6 +35,12 @@ impl ServerArgs {
     /// # Errors
     /// The first bad setting, naming its flag.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.validate_values()?;
+        self.io.make_paths()
+    }
+
+    /// [`validate`](Self::validate) but for the paths it creates or probes.
+    pub(super) fn validate_values(&self) -> anyhow::Result<()> {
         if self.alpn.is_empty() {
             bail!(
                 "--alpn: none given (supported: {})",
@@ -69,7 +75,7 @@ impl ServerArgs {
         self.workers()?;
         self.cid_lifetime()?;
         self.server_id()?;
-        self.io.validate()
+        self.io.validate_values()
     }
 
     /// `--workers`, or the default.
