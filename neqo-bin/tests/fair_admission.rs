@@ -172,21 +172,30 @@ fn ordinary_client(ns: &Netns, addr: SocketAddr) -> Result<client::ClientReport,
     })
 }
 
-/// A server with its default limits and `extra` in `ns` on `listen` (a port of 4433), holders from
-/// `sources` against it (a round every `every`; `spoofed`: never answering a Retry), and,
-/// once its metrics show them in place (`ready`), an ordinary client: 40 connections of one
-/// request each, 4 at a time. The holders stop once the metrics after the client satisfy
-/// `after`.
-fn during(
-    ns: &Netns,
-    listen: IpAddr,
-    extra: &[&str],
-    spoofed: bool,
+/// Handshakes held against the server: from `sources`, a round every `every`; `spoofed`:
+/// never answering a Retry.
+struct Attack {
     sources: Vec<IpAddr>,
     every: Duration,
+    spoofed: bool,
+}
+
+/// A server with its default limits and `extra` in `ns` on `listen` (a port of 4433), the
+/// `attack` against it, and, once its metrics show it in place (`ready`), an ordinary client:
+/// 40 connections of one request each, 4 at a time. The holders stop once the metrics after
+/// the client satisfy `after`.
+fn during(
+    ns: &Netns,
+    (listen, extra): (IpAddr, &[&str]),
+    attack: Attack,
     ready: impl Fn(&Metrics) -> bool + Send + 'static,
     after: impl Fn(&Metrics) -> bool + Send + 'static,
 ) -> During {
+    let Attack {
+        sources,
+        every,
+        spoofed,
+    } = attack;
     let addr = SocketAddr::new(listen, 4433);
     let metrics = SocketAddr::new(listen, 9464);
     let (server, json) = start(ns, addr, metrics, extra);
@@ -237,11 +246,12 @@ fn unfinished_handshakes_from_32_sources_hold_the_floor_only() {
     // client's drained counts its window too, one made before the client none of its own.
     let d = during(
         &ns,
-        IpAddr::from([127, 0, 0, 1]),
-        &TIMEOUTS,
-        false,
-        sources,
-        ONE_ROUND,
+        (IpAddr::from([127, 0, 0, 1]), &TIMEOUTS),
+        Attack {
+            sources,
+            every: ONE_ROUND,
+            spoofed: false,
+        },
         |m| get(m, "neqo_server_connections_half_open") >= 32.0,
         |m| {
             get(m, "neqo_server_connections_open") == get(m, "neqo_server_connections_half_open")
@@ -299,11 +309,12 @@ fn one_address_replaying_retry_tokens_keeps_nobody_out() {
     // for its share, or once a worker behind sheds them: what the assertions below take.
     let d = during(
         &ns,
-        IpAddr::from([127, 0, 0, 1]),
-        &[],
-        false,
-        sources,
-        Duration::from_secs(1),
+        (IpAddr::from([127, 0, 0, 1]), &[]),
+        Attack {
+            sources,
+            every: Duration::from_secs(1),
+            spoofed: false,
+        },
         |m| {
             let refused = labelled(m, "neqo_server_refused_connections_total", "source_share");
             (get(m, "neqo_server_connections_half_open") >= 600.0 && refused > 0.0)
@@ -366,11 +377,12 @@ fn a_routed_ipv6_prefix_holding_the_table_keeps_nobody_out() {
     // may take its place) before the test ends.
     let d = during(
         &ns,
-        "::1".parse().unwrap(),
-        &TIMEOUTS,
-        false,
-        sources,
-        Duration::from_secs(5),
+        ("::1".parse().unwrap(), &TIMEOUTS),
+        Attack {
+            sources,
+            every: Duration::from_secs(5),
+            spoofed: false,
+        },
         |m| get(m, "neqo_server_connections_half_open") >= MAX_HALF_OPEN,
         |_| true,
     );
@@ -412,11 +424,12 @@ fn a_flood_of_initials_from_spoofed_sources_keeps_nobody_out() {
     // The client comes once the server answers the flood with Retries.
     let d = during(
         &ns,
-        IpAddr::from([127, 0, 0, 1]),
-        &TIMEOUTS,
-        true,
-        sources,
-        Duration::from_millis(125),
+        (IpAddr::from([127, 0, 0, 1]), &TIMEOUTS),
+        Attack {
+            sources,
+            every: Duration::from_millis(125),
+            spoofed: true,
+        },
         |m| get(m, "neqo_server_retries_total") > 0.0,
         |_| true,
     );
