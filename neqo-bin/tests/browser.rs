@@ -194,6 +194,8 @@ fn load(browser: &str, name: &str, extra: &[&str]) -> (String, ServerReport) {
             .arg(site.path("key.pem"))
             .arg("--json")
             .arg(&report)
+            // A browser that waits its turn on a loaded machine is not timed out.
+            .args(["--idle-timeout", "120", "--handshake-timeout", "120"])
             .args(extra),
         LIMIT,
     )
@@ -211,7 +213,8 @@ fn load(browser: &str, name: &str, extra: &[&str]) -> (String, ServerReport) {
             &format!("--ignore-certificate-errors-spki-list={}", site.spki),
             "--host-resolver-rules=MAP localhost 127.0.0.1",
             "--virtual-time-budget=20000",
-            "--timeout=30000",
+            // Wall clock: a hang guard for the whole load, which a loaded machine stretches.
+            "--timeout=120000",
             &format!("--user-data-dir={}", site.path("profile").display()),
             "--dump-dom",
             &format!("https://localhost:{port}/index.html"),

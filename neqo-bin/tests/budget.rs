@@ -23,13 +23,18 @@ use neqo_driver::{
     tls::{self, Trust},
 };
 use neqo_protocols::ALPN_HQ;
-use neqo_server_core::{Budget, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle};
+use neqo_server_core::{Budget, Limits, MAX_WINDOW, MIN_WINDOW, ServerConfig, ServerHandle};
 use quinn_proto::{ClientConfig, ConnectionError, Dir, congestion::CubicConfig};
 use raw_client::RawClient;
 
 /// Streams each gap client uses: enough that their stream windows (16 MiB each at most)
 /// never limit it before the connection window does.
 const STREAMS: usize = 8;
+
+/// The idle and handshake timeouts of both ends: a gap connection goes silent once it has
+/// filled its window, and must stay open (its window counted) until the test ends, however
+/// slowly the machine gets through the rest.
+const IDLE: Duration = Duration::from_secs(300);
 
 /// A client that leaves a gap at the start of each stream and fills the rest.
 struct GapClient(RawClient);
@@ -43,7 +48,12 @@ impl GapClient {
     fn connect(server: &ServerHandle, host: u8) -> Result<Self, ConnectionError> {
         let crypto =
             tls::client_crypto(&Trust::Certs(server.certificate().to_vec()), ALPN_HQ).unwrap();
-        let mut transport = TransportOptions::default().transport("gap").unwrap();
+        let mut transport = TransportOptions {
+            idle_timeout: IDLE,
+            ..TransportOptions::default()
+        }
+        .transport("gap")
+        .unwrap();
         // Nothing but flow control may hold the sender back: no congestion window to speak of,
         // and room to keep everything unacknowledged.
         let mut cubic = CubicConfig::default();
@@ -95,6 +105,14 @@ fn server(budget: Budget) -> ServerHandle {
     ServerHandle::start(ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         budget,
+        transport: TransportOptions {
+            idle_timeout: IDLE,
+            ..TransportOptions::default()
+        },
+        limits: Limits {
+            handshake_timeout: IDLE,
+            ..Limits::default()
+        },
         ..ServerConfig::default()
     })
     .expect("server starts")
@@ -108,7 +126,9 @@ fn a_gap_client_fills_its_whole_window() {
         bytes: 8 << 30,
         floor_connections: 1,
     });
-    let taken = GapClient::connect(&s, 1).unwrap().hold();
+    let mut c = GapClient::connect(&s, 1).unwrap();
+    let taken = c.hold();
+    c.0.close();
     assert_eq!(taken, MAX_WINDOW, "the streams took the connection window");
     let r = s.stop().unwrap();
     assert_eq!(r.receive_budget, 8 << 30);
@@ -136,7 +156,9 @@ fn twenty_gap_connections_stay_within_the_budget() {
     assert!(total <= BUDGET, "{total} bytes held: {held:?}");
     assert!(held.iter().all(|&h| h >= MIN_WINDOW), "{held:?}");
     assert!(held[0] > held[19], "a crowd gets smaller windows: {held:?}");
-    drop(clients);
+    for c in &mut clients {
+        c.0.close();
+    }
     let r = s.stop().unwrap();
     assert!(r.receive_windows <= BUDGET, "{}", r.summary());
 }
@@ -176,7 +198,9 @@ fn one_host_takes_half_the_floor_and_its_share_at_most() {
     let mut other = GapClient::connect(&s, 2).expect("another host is served");
     let other_held = other.hold();
     assert!(other_held > MIN_WINDOW, "{other_held}");
-    drop((clients, other));
+    for c in clients.iter_mut().chain([&mut other]) {
+        c.0.close();
+    }
     let r = s.stop().unwrap();
     assert_eq!(r.refused_source_share, 1, "{}", r.summary());
 }

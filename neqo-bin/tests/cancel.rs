@@ -5,13 +5,25 @@
 //! server allows 100 concurrent streams, so a server that left them open would wedge the
 //! connection at the 101st. After the 300, a request on the same connection is served whole.
 
+use std::time::Duration;
+
 use neqo_bin::testing::canceller::{self, Cancel, Canceller};
-use neqo_driver::tls::Trust;
-use neqo_server_core::{ServerConfig, ServerHandle};
+use neqo_driver::{TransportOptions, tls::Trust};
+use neqo_server_core::{Limits, ServerConfig, ServerHandle};
 
 fn cancels_free_their_streams(how: Cancel) {
+    // Idle and handshake timeouts beyond the canceller's guard: the run ends by its events.
+    let long = Duration::from_secs(600);
     let server = ServerHandle::start(ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
+        transport: TransportOptions {
+            idle_timeout: long,
+            ..TransportOptions::default()
+        },
+        limits: Limits {
+            handshake_timeout: long,
+            ..Limits::default()
+        },
         ..ServerConfig::default()
     })
     .expect("server starts");
@@ -39,13 +51,13 @@ mod ctrl_c {
     use neqo_driver::TransportOptions;
 
     // The client's hang guard is also the most this test waits for a process or the server,
-    // well below the 60 s idle timeout it sets.
+    // well below the 600 s idle timeout both ends set.
     use super::{ServerConfig, ServerHandle};
     use neqo_bin::testing::canceller::DEADLINE;
 
     /// Ctrl-C in `neqo-client` mid-download cancels cleanly: it exits on its own, non-zero, saying
     /// it was interrupted, and its CONNECTION_CLOSE reaches the server, which lets go of the
-    /// connection long before its (60 s) idle timeout could.
+    /// connection long before the (600 s, both ends) idle timeout could.
     #[test]
     fn ctrl_c_closes_the_client_connection() {
         use std::{io::Read as _, process::Command};
@@ -53,7 +65,7 @@ mod ctrl_c {
         let server = ServerHandle::start(ServerConfig {
             listen: vec!["127.0.0.1:0".parse().unwrap()],
             transport: TransportOptions {
-                idle_timeout: Duration::from_secs(60),
+                idle_timeout: Duration::from_secs(600),
                 ..TransportOptions::default()
             },
             ..ServerConfig::default()
@@ -61,7 +73,7 @@ mod ctrl_c {
         .expect("server starts");
         let url = format!("https://{}/100000000000", server.addr());
         let mut client = Command::new(env!("CARGO_BIN_EXE_neqo-client"))
-            .args(["--insecure", "--no-progress", &url])
+            .args(["--insecure", "--no-progress", "--idle-timeout", "600", &url])
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -25,7 +25,8 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// A server on `root`, killed when dropped.
+/// A server on `root` with idle and handshake timeouts a loaded machine never reaches,
+/// killed when dropped.
 fn server(root: &Path) -> Server {
     Server::start(
         Command::new(SERVER).args([
@@ -34,6 +35,10 @@ fn server(root: &Path) -> Server {
             "--root",
             root.to_str().unwrap(),
             "--generate",
+            "--idle-timeout",
+            "120",
+            "--handshake-timeout",
+            "120",
         ]),
         LIMIT,
     )
@@ -78,7 +83,8 @@ fn run(cmd: &mut Command, dir: &Path) -> Ran {
 fn client(dir: &Path, args: &[&str]) -> Ran {
     run(
         Command::new(CLIENT)
-            .args(["--insecure", "--idle-timeout", "5"])
+            // As the server's: a loaded machine never reaches it.
+            .args(["--insecure", "--idle-timeout", "120"])
             .args(args)
             .env_remove("RUST_LOG")
             .env_remove("NO_COLOR"),

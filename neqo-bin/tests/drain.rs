@@ -63,6 +63,11 @@ impl Download {
                 alpn,
                 "--drain-timeout",
                 drain,
+                // Beyond reach of a loaded machine: the drain is what ends a connection.
+                "--idle-timeout",
+                "120",
+                "--handshake-timeout",
+                "120",
                 "--access-log",
                 dir.join("access.log").to_str().unwrap(),
                 "--json",

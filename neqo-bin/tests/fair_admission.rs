@@ -1,11 +1,14 @@
-//! Admission that refuses floods, not users: a `neqo-server` with its default flags, in a
-//! network namespace the test makes, under handshakes that never finish, while an ordinary
-//! client from a fresh address opens 40 connections, 4 at a time. Each test prints the
-//! attack's figures (`--nocapture`) and asserts behaviour: every connection of the client
-//! served, and what the attack holds of the server's limits.
+//! Admission that refuses floods, not users: a `neqo-server` with its default limits (and,
+//! where the attack does not live on their churn, handshake and idle timeouts longer than
+//! any test runs), in a network namespace the test makes, under handshakes that never finish, while an ordinary client from a fresh address
+//! opens 40 connections, 4 at a time. Each test prints the attack's figures (`--nocapture`)
+//! and asserts behaviour: every connection of the client served, and what the attack holds
+//! of the server's limits.
 //!
-//! Needs root (the namespace, and source addresses of the test's choosing); skipped
-//! otherwise. Every attack is bounded in count and time.
+//! The client comes once the server's metrics show the attack in place (so many handshakes
+//! held, Retries sent, Initials shed), not after a fixed time. Needs root (the namespace, and
+//! source addresses of the test's choosing); skipped otherwise. Every attack is bounded in
+//! count and time.
 
 #![cfg(target_os = "linux")]
 
@@ -20,7 +23,7 @@ use std::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use common::{scrape, stop_and_report, url, with_deadline};
@@ -37,9 +40,17 @@ const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
 /// A hang guard for a whole step, not a performance bound.
 const DEADLINE: Duration = Duration::from_secs(90);
 
-/// The server's handshake timeout with its default flags: a holder's handshake lasts that
-/// long, so a round that often holds one per source.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The server's handshake and idle timeouts where the attack does not depend on them:
+/// longer than any test here runs, so that a held handshake lasts the whole test however
+/// slowly the holders' Initials go out, and the ordinary client's handshakes never meet them
+/// on a loaded machine (`policy_tests::admission` tests the timeout, in virtual time).
+const TIMEOUTS: [&str; 4] = ["--handshake-timeout", "300", "--idle-timeout", "600"];
+
+/// A holders' round longer than a test runs: each source holds one handshake.
+const ONE_ROUND: Duration = Duration::from_secs(600);
+
+/// The server's `--max-half-open` by default.
+const MAX_HALF_OPEN: f64 = 1000.0;
 
 /// The smallest receive window, what a connection holds of the budget until its handshake
 /// completes.
@@ -60,7 +71,7 @@ impl During {
     }
 }
 
-/// A server with its default flags and `extra` in `ns` on `listen`, its metrics on
+/// A server with its default limits and `extra` in `ns` on `listen`, its metrics on
 /// `metrics`, its report to a file.
 fn start(
     ns: &Netns,
@@ -91,13 +102,59 @@ fn start(
 }
 
 /// What an attack left: the ordinary client's report, the server's metrics once the
-/// client is done (summed over workers by name), what the holders sent, and the server's
-/// report.
+/// client is done, what the holders sent, and the server's report.
 struct During {
     client: Result<client::ClientReport, String>,
-    metrics: HashMap<String, f64>,
+    metrics: Metrics,
     held: Held,
     report: neqo_report::ServerReport,
+}
+
+/// A scrape's samples, `name{labels}` to value.
+type Metrics = HashMap<String, f64>;
+
+/// The samples of family `name` in `m` summed over their labels (workers, reasons), 0 if it
+/// has none yet.
+fn get(m: &Metrics, name: &str) -> f64 {
+    labelled(m, name, "")
+}
+
+/// The samples of family `name` whose labels include `label` (`reason="budget"`), summed.
+fn labelled(m: &Metrics, name: &str, label: &str) -> f64 {
+    m.iter()
+        .filter(|(k, _)| {
+            let (family, labels) = k.split_once('{').unwrap_or((k, ""));
+            family == name && labels.contains(label)
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Scrapes `metrics` from inside `ns` until `ready` holds; that scrape. What the live gauges
+/// (connections open and half-open, server-wide) say is now; what the workers publish
+/// (everything else) is up to a second old. A hang guard of [`DEADLINE`].
+fn scrape_until(
+    ns: &Netns,
+    metrics: SocketAddr,
+    what: &'static str,
+    ready: impl Fn(&Metrics) -> bool + Send + 'static,
+) -> Metrics {
+    let path = ns.path();
+    with_deadline(what, 2 * DEADLINE, move || {
+        enter(&path).unwrap();
+        let started = Instant::now();
+        loop {
+            let m = scrape(metrics);
+            if ready(&m) {
+                return m;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{what}: not within {DEADLINE:?}: {m:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
 }
 
 /// The ordinary client, from `ns`'s default address: 40 connections to `addr` of one request
@@ -109,25 +166,39 @@ fn ordinary_client(ns: &Netns, addr: SocketAddr) -> Result<client::ClientReport,
         let mut c = ClientConfig::new(url(addr, "/1000"), Trust::Insecure);
         c.connections = 40;
         c.concurrency = 4;
+        // As the server's: a loaded machine does not end a connection that waits its turn.
+        c.transport.idle_timeout = Duration::from_secs(600);
         client::run(c).map_err(|e| format!("{e:#}"))
     })
 }
 
-/// A server with its default flags in `ns` on `listen` (a port of 4433), holders from
-/// `sources` against it (a round every `every`; `spoofed`: never answering a Retry), and,
-/// `settle` after they start, an ordinary client: 40 connections of one request each, 4 at
-/// a time.
-fn during(
-    ns: &Netns,
-    listen: IpAddr,
-    spoofed: bool,
+/// Handshakes held against the server: from `sources`, a round every `every`; `spoofed`:
+/// never answering a Retry.
+struct Attack {
     sources: Vec<IpAddr>,
     every: Duration,
-    settle: Duration,
+    spoofed: bool,
+}
+
+/// A server with its default limits and `extra` in `ns` on `listen` (a port of 4433), the
+/// `attack` against it, and, once its metrics show it in place (`ready`), an ordinary client:
+/// 40 connections of one request each, 4 at a time. The holders stop once the metrics after
+/// the client satisfy `after`.
+fn during(
+    ns: &Netns,
+    (listen, extra): (IpAddr, &[&str]),
+    attack: Attack,
+    ready: impl Fn(&Metrics) -> bool + Send + 'static,
+    after: impl Fn(&Metrics) -> bool + Send + 'static,
 ) -> During {
+    let Attack {
+        sources,
+        every,
+        spoofed,
+    } = attack;
     let addr = SocketAddr::new(listen, 4433);
     let metrics = SocketAddr::new(listen, 9464);
-    let (server, json) = start(ns, addr, metrics, &[]);
+    let (server, json) = start(ns, addr, metrics, extra);
     let stop = Arc::new(AtomicBool::new(false));
     let path = ns.path();
     let holders = {
@@ -139,18 +210,14 @@ fn during(
             holders.run(&sources, every, &stop, DEADLINE / 2)
         })
     };
-    std::thread::sleep(settle);
+    scrape_until(ns, metrics, "the attack in place", ready);
     let client = ordinary_client(ns, addr);
-    let path = ns.path();
-    let metrics = with_deadline("a scrape", DEADLINE, move || {
-        enter(&path).unwrap();
-        let mut by_name: HashMap<String, f64> = HashMap::new();
-        for (k, v) in scrape(metrics) {
-            let name = k.split('{').next().unwrap_or(&k).to_owned();
-            *by_name.entry(name).or_default() += v;
-        }
-        by_name
-    });
+    // A client that failed leaves what `after` waits for undone: its error says more.
+    let metrics = if client.is_ok() {
+        scrape_until(ns, metrics, "the metrics after the client", after)
+    } else {
+        scrape_until(ns, metrics, "a scrape", |_| true)
+    };
     stop.store(true, Ordering::Relaxed);
     let held = holders.join().unwrap();
     let report = stop_and_report(server, &json);
@@ -162,11 +229,10 @@ fn during(
     }
 }
 
-/// 32 source addresses each hold one handshake that never finishes (a new one as each is
-/// given up); the budget keeps only the smallest window for each, so it stays uncontended,
-/// and an ordinary client is served 40 of 40. Before, each such handshake was granted its
-/// full window at accept: 622 MB of the 1 GiB budget, and the client's connections were
-/// refused for their source's share.
+/// 32 source addresses each hold one handshake that never finishes; the budget keeps only
+/// the smallest window for each, so it stays uncontended, and an ordinary client is served
+/// 40 of 40. Before, each such handshake was granted its full window at accept: 622 MB of
+/// the 1 GiB budget, and the client's connections were refused for their source's share.
 #[test]
 fn unfinished_handshakes_from_32_sources_hold_the_floor_only() {
     if !is_root() {
@@ -178,16 +244,27 @@ fn unfinished_handshakes_from_32_sources_hold_the_floor_only() {
     let sources: Vec<IpAddr> = (0..32u8)
         .map(|i| IpAddr::from([127, 0, 1, 10 + i]))
         .collect();
-    // The client comes once the metrics (published every second) count the handshakes.
+    // The client comes once all 32 handshakes are held. After it, the windows are read from
+    // reports the workers published after their last request (all 40 counted), once only the
+    // holders are left (by the live gauges): a report made before a connection of the
+    // client's drained counts its window too, one made before the client none of its own.
     let d = during(
         &ns,
-        IpAddr::from([127, 0, 0, 1]),
-        false,
-        sources,
-        HANDSHAKE_TIMEOUT,
-        Duration::from_millis(2500),
+        (IpAddr::from([127, 0, 0, 1]), &TIMEOUTS),
+        Attack {
+            sources,
+            every: ONE_ROUND,
+            spoofed: false,
+        },
+        |m| get(m, "neqo_server_connections_half_open") >= 32.0,
+        |m| {
+            get(m, "neqo_server_connections_open") == get(m, "neqo_server_connections_half_open")
+                && get(m, "neqo_server_requests_total") >= 40.0
+                && get(m, "neqo_server_receive_windows_bytes") <= 32.0 * MIN_WINDOW
+        },
     );
-    let windows = d.metrics["neqo_server_receive_windows_bytes"];
+    let windows = get(&d.metrics, "neqo_server_receive_windows_bytes");
+    let half_open = get(&d.metrics, "neqo_server_connections_half_open");
     println!(
         "32 sources holding handshakes ({} Initials): client {} of 40 served; receive windows {windows} B after it; server {:?}",
         d.held.initials,
@@ -201,10 +278,14 @@ fn unfinished_handshakes_from_32_sources_hold_the_floor_only() {
         "the handshakes were held: {:?}",
         d.report.admission
     );
-    assert!(
-        windows <= 2.0 * 32.0 * MIN_WINDOW,
+    // One round: each source holds exactly one handshake, none given up.
+    assert_eq!(half_open, 32.0, "{:?}", d.metrics);
+    assert_eq!(
+        windows,
+        half_open * MIN_WINDOW,
         "held handshakes hold the smallest window each: {windows} B"
     );
+    assert_eq!(d.report.admission.handshake_timeouts, 0, "{:?}", d.report);
     assert_eq!(d.report.refused_source_share, 0, "{:?}", d.report);
     assert_eq!(d.report.refused_budget, 0, "{:?}", d.report);
 }
@@ -226,13 +307,24 @@ fn one_address_replaying_retry_tokens_keeps_nobody_out() {
     // In a /24 of its own: the client's neighbours share its prefix's fate once the budget
     // is contended (docs/reference/server-limits.md).
     let sources = vec![IpAddr::from([127, 0, 1, 2]); 300];
+    // The server's default timeouts: the replays' load is their rate times the handshake
+    // timeout, accepting and giving up handshakes, which makes a worker fall behind. The
+    // client comes once the replays hold 600 handshakes and the address has been refused
+    // for its share, or once a worker behind sheds them: what the assertions below take.
     let d = during(
         &ns,
-        IpAddr::from([127, 0, 0, 1]),
-        false,
-        sources,
-        Duration::from_secs(1),
-        Duration::from_secs(4),
+        (IpAddr::from([127, 0, 0, 1]), &[]),
+        Attack {
+            sources,
+            every: Duration::from_secs(1),
+            spoofed: false,
+        },
+        |m| {
+            let refused = labelled(m, "neqo_server_refused_connections_total", "source_share");
+            (get(m, "neqo_server_connections_half_open") >= 600.0 && refused > 0.0)
+                || get(m, "neqo_server_initials_shed_total") > 0.0
+        },
+        |_| true,
     );
     let a = &d.report.admission;
     println!(
@@ -240,7 +332,7 @@ fn one_address_replaying_retry_tokens_keeps_nobody_out() {
         d.held.initials,
         d.held.retries,
         d.served().requests,
-        d.metrics["neqo_server_receive_windows_bytes"],
+        get(&d.metrics, "neqo_server_receive_windows_bytes"),
     );
     let c = d.served();
     assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
@@ -284,15 +376,19 @@ fn a_routed_ipv6_prefix_holding_the_table_keeps_nobody_out() {
     std::fs::write(&batch, lines).unwrap();
     ns.ip(&["-6", "-batch", batch.to_str().unwrap()]).unwrap();
     let _ = std::fs::remove_file(&batch);
-    // The round's Initials and their Retries go out in its first half second; the client
-    // comes well before any of those handshakes is half its timeout old.
+    // The client comes once the holders fill the table; a round every 5 s sends again what
+    // a full socket buffer lost. No handshake gets half the timeout old (when any newcomer
+    // may take its place) before the test ends.
     let d = during(
         &ns,
-        "::1".parse().unwrap(),
-        false,
-        sources,
-        HANDSHAKE_TIMEOUT,
-        Duration::from_millis(1200),
+        ("::1".parse().unwrap(), &TIMEOUTS),
+        Attack {
+            sources,
+            every: Duration::from_secs(5),
+            spoofed: false,
+        },
+        |m| get(m, "neqo_server_connections_half_open") >= MAX_HALF_OPEN,
+        |_| true,
     );
     let a = &d.report.admission;
     println!(
@@ -300,7 +396,7 @@ fn a_routed_ipv6_prefix_holding_the_table_keeps_nobody_out() {
         d.held.initials,
         d.held.retries,
         d.served().requests,
-        d.metrics["neqo_server_connections_half_open"],
+        get(&d.metrics, "neqo_server_connections_half_open"),
     );
     let c = d.served();
     assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
@@ -329,20 +425,24 @@ fn a_flood_of_initials_from_spoofed_sources_keeps_nobody_out() {
         .chain([1])
         .map(|i| IpAddr::from([127, 0, 3, i]))
         .collect();
+    // The client comes once the server answers the flood with Retries.
     let d = during(
         &ns,
-        IpAddr::from([127, 0, 0, 1]),
-        true,
-        sources,
-        Duration::from_millis(125),
-        Duration::from_secs(1),
+        (IpAddr::from([127, 0, 0, 1]), &TIMEOUTS),
+        Attack {
+            sources,
+            every: Duration::from_millis(125),
+            spoofed: true,
+        },
+        |m| get(m, "neqo_server_retries_total") > 0.0,
+        |_| true,
     );
     let a = &d.report.admission;
     println!(
         "Initials from 256 spoofed sources ({} sent): client {} of 40 served; receive windows {} B after it; server admission {a:?}",
         d.held.initials,
         d.served().requests,
-        d.metrics["neqo_server_receive_windows_bytes"],
+        get(&d.metrics, "neqo_server_receive_windows_bytes"),
     );
     let c = d.served();
     assert_eq!((c.requests, c.failed_requests), (40, 0), "{c:?}");
@@ -371,12 +471,13 @@ fn a_flood_aimed_at_one_worker_is_shed_unread() {
     let metrics = SocketAddr::from(([127, 0, 0, 1], 9464));
     let (server, json) = start(&ns, addr, metrics, &["--workers", "2"]);
     let stop = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
     let path = ns.path();
     let attacker = {
-        let stop = Arc::clone(&stop);
+        let (stop, finished) = (Arc::clone(&stop), Arc::clone(&finished));
         std::thread::spawn(move || {
             enter(&path).unwrap();
-            aimed_flood(
+            let aimed = aimed_flood(
                 addr,
                 IpAddr::from([127, 0, 1, 1]),
                 2,
@@ -384,11 +485,16 @@ fn a_flood_aimed_at_one_worker_is_shed_unread() {
                 &stop,
                 DEADLINE / 2,
                 20_000_000,
-            )
-            .unwrap()
+            );
+            finished.store(true, Ordering::Relaxed);
+            aimed.unwrap()
         })
     };
-    std::thread::sleep(Duration::from_secs(2));
+    // The client comes while worker 0 sheds the flood (or once the attacker gave up, which
+    // the assertions below report).
+    scrape_until(&ns, metrics, "the flood shed", move |m| {
+        get(m, "neqo_server_initials_shed_total") > 0.0 || finished.load(Ordering::Relaxed)
+    });
     let client = ordinary_client(&ns, addr);
     stop.store(true, Ordering::Relaxed);
     let aimed = attacker.join().unwrap();

@@ -19,11 +19,15 @@ use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use neqo_bin::client::{self, ClientConfig};
-use neqo_driver::tls::{self, Trust};
+use neqo_driver::{
+    TransportOptions,
+    tls::{self, Trust},
+};
 use neqo_protocols::ALPN_HQ;
 use neqo_relay::{Impairment, Rebind, RebindEvery, Relay, RelayConfig};
 use quinn_proto::{ConnectionError, Event};
@@ -36,6 +40,9 @@ use test_fixtures::{
 const SERVER: &str = env!("CARGO_BIN_EXE_neqo-server");
 /// A hang guard, not a speed bound.
 const DEADLINE: Duration = Duration::from_secs(60);
+/// The idle timeout of the servers and every client, in seconds: the hand-driven clients sit
+/// idle across steps (a restart, a ruleset reload) that a loaded machine stretches.
+const IDLE: u64 = 300;
 const PORT: u16 = 4433;
 const VIP: Ipv4Addr = Ipv4Addr::new(127, 0, 2, 1);
 const RULESET: &str = include_str!("../../docs/guides/fleet.nft");
@@ -142,7 +149,9 @@ impl Fleet {
                 "--workers",
                 "1",
                 "--idle-timeout",
-                "30",
+                &IDLE.to_string(),
+                "--handshake-timeout",
+                "120",
             ]),
             DEADLINE,
         )
@@ -178,12 +187,17 @@ fn vip() -> SocketAddr {
 /// and the server ID its connection ID carries (the server it reached).
 fn connect() -> (RawClient, u8) {
     let crypto = tls::client_crypto(&Trust::Insecure, ALPN_HQ).unwrap();
-    let c = RawClient::connect(
-        vip(),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        quinn_proto::ClientConfig::new(crypto),
-    )
-    .expect("handshake through the balancer");
+    let mut config = quinn_proto::ClientConfig::new(crypto);
+    config.transport_config(Arc::new(
+        TransportOptions {
+            idle_timeout: Duration::from_secs(IDLE),
+            ..TransportOptions::default()
+        }
+        .transport("fleet")
+        .unwrap(),
+    ));
+    let c = RawClient::connect(vip(), IpAddr::V4(Ipv4Addr::LOCALHOST), config)
+        .expect("handshake through the balancer");
     // The first octet (QUIC-LB's config rotation and length), then the server ID.
     let id = c.server_cid[1];
     (c, id)
@@ -242,6 +256,7 @@ fn a_fleet_routes_by_server_id_through_rebinding_restarts_and_drains() {
         let relay = Relay::start(relay).unwrap();
         let mut c = ClientConfig::new(common::url(relay.local_addr(), "/1000000"), Trust::Insecure);
         c.requests = 3;
+        c.transport.idle_timeout = Duration::from_secs(IDLE);
         c.connections = 12;
         c.concurrency = 12;
         c.sockets = 12;

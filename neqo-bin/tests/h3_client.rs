@@ -216,16 +216,23 @@ fn h3_responses(addr: std::net::SocketAddr) -> u64 {
 #[test]
 fn a_drain_under_load_rejects_the_later_requests_and_fails_none() {
     use neqo_bin::client::{self, ClientConfig};
-    use neqo_driver::{DriverConfig, tls::Trust};
+    use neqo_driver::{DriverConfig, TransportOptions, tls::Trust};
     use neqo_protocols::ALPN_H3;
     use neqo_server_core::{ServerConfig, ServerHandle};
     const CONNECTIONS: usize = 4;
     const REQUESTS: usize = 100_000;
+    // The drain ends once the requests under way are done: a long one cuts none of them on
+    // a loaded machine, and costs a fast one nothing. The idle timeouts too are beyond reach.
+    let long = Duration::from_secs(120);
     let server = ServerHandle::start(ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         alpns: vec![ALPN_H3.into()],
-        driver: DriverConfig::default().with_drain(Duration::from_secs(10)),
+        driver: DriverConfig::default().with_drain(long),
         metrics: Some("127.0.0.1:0".parse().unwrap()),
+        transport: TransportOptions {
+            idle_timeout: long,
+            ..TransportOptions::default()
+        },
         ..ServerConfig::default()
     })
     .expect("server starts");
@@ -237,6 +244,7 @@ fn a_drain_under_load_rejects_the_later_requests_and_fails_none() {
     c.requests = REQUESTS;
     c.connections = CONNECTIONS;
     c.concurrency = CONNECTIONS;
+    c.transport.idle_timeout = long;
     let client = std::thread::spawn(move || client::run_report(c));
     let metrics = server.metrics_addr().unwrap();
     let started = std::time::Instant::now();

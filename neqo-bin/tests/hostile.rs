@@ -25,15 +25,21 @@ mod common;
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket},
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
-use common::{stop_and_report, url, with_deadline};
+use common::{scrape, stop_and_report, url, with_deadline};
 use initials::{Replayed, retry_token};
 use neqo_bin::client::{self, ClientConfig};
-use neqo_driver::tls::{self, CipherSuite, Trust};
+use neqo_driver::{
+    TransportOptions,
+    tls::{self, CipherSuite, Trust},
+};
 use neqo_protocols::ALPN_HQ;
 use neqo_server_core::{Limits, RetryPolicy, ServerConfig, ServerHandle};
 use quinn_proto::TransportErrorCode;
@@ -41,6 +47,10 @@ use raw_client::RawClient;
 
 /// A hang guard for a whole test step, not a performance bound.
 const DEADLINE: Duration = Duration::from_secs(90);
+
+/// The idle and handshake timeouts of the servers and clients where a test is not about
+/// them: longer than a step, so that a loaded machine never reaches them.
+const IDLE: Duration = Duration::from_secs(120);
 
 /// One test at a time: each loads both cores, and memory figures want a quiet machine.
 fn serial() -> MutexGuard<'static, ()> {
@@ -333,9 +343,14 @@ mod process {
         const FRAME: usize = 65_000;
         let _serial = serial();
         let json = json_path("datagrams");
+        let timeout = IDLE.as_secs().to_string();
         let server = start(Command::new(SERVER).args([
             "--listen",
             "127.0.0.1:0",
+            "--idle-timeout",
+            &timeout,
+            "--handshake-timeout",
+            &timeout,
             "--json",
             json.to_str().unwrap(),
         ]));
@@ -376,7 +391,8 @@ mod process {
             "DATAGRAM frames: {CLIENTS} clients x {FRAMES} x {FRAME} B offered; server RSS idle {idle:.1} MiB, after {rss:.1} MiB, peak {peak:.1} MiB"
         );
         assert!(peak < 100.0, "server peak RSS {peak:.1} MiB");
-        let c = ClientConfig::new(url(addr, "/100000"), Trust::Insecure);
+        let mut c = ClientConfig::new(url(addr, "/100000"), Trust::Insecure);
+        c.transport.idle_timeout = IDLE;
         let r = with_deadline("a new client", DEADLINE, move || client::run(c))
             .expect("served after the attack");
         assert_eq!(r.bytes_received, 100_000);
@@ -447,10 +463,10 @@ mod process {
             std::thread::sleep(Duration::from_millis(100));
         }
         let (sent, took) = flood.join().unwrap();
-        // The queue empties at 1 Mbit/s and the allocator returns what it held: a bounded
-        // wait for the resting figure.
+        // The queue empties at 1 Mbit/s and the allocator returns what it held: a wait for
+        // the resting figure, with a hang guard of a minute.
         let mut after = memory_mib(pid).0;
-        for _ in 0..50 {
+        for _ in 0..600 {
             if after < 50.0 {
                 break;
             }
@@ -495,6 +511,34 @@ mod process {
         total / ticks
     }
 
+    /// Waits (a hang guard of [`DEADLINE`]) until no socket bound to `addr`'s port has a
+    /// datagram queued (`/proc/net/udp`'s `rx_queue`).
+    fn wait_for_empty_rx_queues(addr: SocketAddr) {
+        let port = format!(":{:04X}", addr.port());
+        let started = Instant::now();
+        loop {
+            let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+            let queued: Vec<&str> = table
+                .lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    let rx = f.get(4)?.split_once(':')?.1;
+                    (f.get(1)?.ends_with(&port) && u64::from_str_radix(rx, 16).ok()? > 0)
+                        .then_some(l)
+                })
+                .collect();
+            if queued.is_empty() {
+                return;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "datagrams still queued at the server: {queued:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// 20 480 Initials from 256 ports whose connection IDs all carry worker byte 0: with two
     /// workers, by the kernel's program or the dispatcher, they reach both, neither more than
     /// twice the other's share. Before, every one reached worker 0.
@@ -536,20 +580,31 @@ mod process {
                 let due = started + Duration::from_millis(12 * (round as u64 + 1));
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
             }
-            std::thread::sleep(Duration::from_millis(500));
+            // Stopped only once the server has taken in, or the kernel dropped (counted),
+            // every datagram: what is still queued at its sockets at the stop counts nowhere.
+            wait_for_empty_rx_queues(target);
             let cpu: Vec<f64> = (0..2)
                 .map(|w| thread_cpu(server.id(), &format!("neqo-server-{w}")))
                 .collect();
             let report = stop_and_report(server, &json);
-            // What each worker was steered: what it read, and what the kernel (its own socket,
-            // with the kernel's program) or the dispatcher (its full channel) dropped for it.
-            // A slow machine drops more, but not the steering's choice, so the counts hold on
-            // any machine; only the dispatcher's own socket drops before choosing.
-            let steered: Vec<u64> = report
-                .workers
-                .iter()
-                .map(|w| w.rx_datagrams + w.kernel_drops + w.dispatch_dropped)
-                .collect();
+            // What each worker was steered: with the kernel's program, what it read from its
+            // own socket and what the kernel dropped there; with the dispatcher, what it handed
+            // to the worker's channel (read or not by the stop) and dropped at its full
+            // channel. A slow machine drops more, but not the steering's choice, so the counts
+            // hold on any machine; only the dispatcher's own socket drops before choosing.
+            let steered: Vec<u64> = match &report.dispatch {
+                Some(d) => d
+                    .datagrams
+                    .iter()
+                    .zip(&d.dropped)
+                    .map(|(h, d)| h + d)
+                    .collect(),
+                None => report
+                    .workers
+                    .iter()
+                    .map(|w| w.rx_datagrams + w.kernel_drops)
+                    .collect(),
+            };
             assert_eq!(steered.len(), 2, "{report:?}");
             let before_steering = report
                 .dispatch
@@ -574,49 +629,96 @@ mod process {
 
 /// One address replays a Retry token (valid for its lifetime, bound to the address and
 /// port) with a new connection ID each time, 300 times a second, and never finishes a
-/// handshake; meanwhile clients from another address connect one after another. Every one
-/// of them is served: a newcomer that finds the half-open table full takes the place of the
-/// replaying source's oldest handshake. Before, the replays filled the table and newcomers
-/// were refused.
+/// handshake; meanwhile, once the replays fill the half-open table, clients from another
+/// address connect one after another. Every one of them is served: a newcomer that finds
+/// the half-open table full takes the place of the replaying source's oldest handshake.
+/// Before, the replays filled the table and newcomers were refused.
 #[test]
 fn one_address_replaying_a_retry_token_keeps_nobody_else_out() {
     const MAX_HALF_OPEN: usize = 100;
     const RATE: u32 = 300;
-    const SECONDS: u32 = 3;
+    /// Rounds of 10 client connections at most, until 10 have taken a replay's place: the
+    /// count a worker publishes is up to a second old, and a round takes milliseconds.
+    const ROUNDS: usize = 5000;
     let _serial = serial();
     let server = ServerHandle::start(ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         limits: Limits {
             retry: RetryPolicy::Always,
             max_half_open: MAX_HALF_OPEN,
+            handshake_timeout: IDLE,
             ..Limits::default()
         },
+        transport: TransportOptions {
+            idle_timeout: IDLE,
+            ..TransportOptions::default()
+        },
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
         ..ServerConfig::default()
     })
     .expect("server starts");
     let addr = server.addr();
+    let metrics = server.metrics_addr().expect("a metrics endpoint");
+    // A live gauge (half-open) or a worker's published counter (evictions), summed.
+    let metric = move |name: &str| -> f64 {
+        scrape(metrics)
+            .iter()
+            .filter(|(k, _)| k.split('{').next() == Some(name))
+            .map(|(_, v)| v)
+            .sum()
+    };
     let handshakes = |what: &'static str| {
         let mut c = ClientConfig::new(url(addr, "/1000"), Trust::Insecure);
         c.connections = 10;
+        c.transport.idle_timeout = IDLE;
         let r = with_deadline(what, DEADLINE, move || client::run(c))
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         assert_eq!((r.requests, r.failed_requests), (10, 0), "{what}");
         r.handshake_ms.expect("handshake times")
     };
     let idle = handshakes("clients of an idle server");
-    let attack = std::thread::spawn(move || replay_retry_token(addr, RATE, SECONDS));
-    // Once the table is full (a third of a second in), clients arrive until the end.
-    std::thread::sleep(Duration::from_millis(500));
-    let mut during = Vec::new();
-    while !attack.is_finished() {
-        during.push(handshakes("clients during the replay"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let attack = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || replay_retry_token(addr, RATE, &stop))
+    };
+    let started = Instant::now();
+    while metric("neqo_server_connections_half_open") < MAX_HALF_OPEN as f64 {
+        assert!(
+            started.elapsed() < DEADLINE && !attack.is_finished(),
+            "the replays never filled the half-open table"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
+    // Clients come while the replays go on, until 10 of their connections found the table
+    // full and took a replay's place (a connection that comes while a place is free takes
+    // it without evicting).
+    let mut during = Vec::new();
+    while during.is_empty() || metric("neqo_server_evicted_half_open_total") < 10.0 {
+        assert!(
+            during.len() < ROUNDS && started.elapsed() < DEADLINE,
+            "too few evictions in {} rounds",
+            during.len()
+        );
+        during.push(handshakes("clients during the replay"));
+        eprintln!(
+            "DEBUG {} {} {:?}",
+            metric("neqo_server_evicted_half_open_total"),
+            metric("neqo_server_connections_half_open"),
+            scrape(metrics)
+                .iter()
+                .filter(|(k, _)| k.contains("evict") || k.contains("refused_conn"))
+                .collect::<Vec<_>>()
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
     let replays = attack.join().unwrap();
     let r = server.stop().unwrap();
     println!(
-        "Retry token replayed {replays} times at {RATE}/s; clients' handshake p50 idle {:.2} ms, during {:?} ms; evicted {}, refused {}",
+        "Retry token replayed {replays} times at {RATE}/s; clients' handshake p50 idle {:.2} ms, during {} rounds of 10 at most {:.2} ms; evicted {}, refused {}",
         idle.p50,
-        during.iter().map(|p| p.p50).collect::<Vec<_>>(),
+        during.len(),
+        during.iter().map(|p| p.p50).fold(0.0, f64::max),
         r.admission.evicted_half_open,
         r.admission.refused_half_open,
     );
@@ -634,13 +736,12 @@ fn one_address_replaying_a_retry_token_keeps_nobody_else_out() {
 }
 
 /// From one address and port (127.0.0.2): an Initial to get a Retry, then `rate` Initials a
-/// second for `seconds`, each of a new connection carrying that Retry's token; nothing
-/// answered. Returns how many were sent.
-fn replay_retry_token(server: SocketAddr, rate: u32, seconds: u32) -> u32 {
+/// second until `stop` is set (for [`DEADLINE`] at most), each of a new connection carrying
+/// that Retry's token; nothing answered. Returns how many were sent.
+fn replay_retry_token(server: SocketAddr, rate: u32, stop: &AtomicBool) -> u32 {
     let socket = UdpSocket::bind(SocketAddr::new(loopback(2), 0)).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
+    // A hang guard: a loaded server answers late.
+    socket.set_read_timeout(Some(DEADLINE)).unwrap();
     let mut endpoint = quinn_proto::Endpoint::new(
         Arc::new(quinn_proto::EndpointConfig::default()),
         None,
@@ -669,7 +770,10 @@ fn replay_retry_token(server: SocketAddr, rate: u32, seconds: u32) -> u32 {
     socket.set_nonblocking(true).unwrap();
     let started = Instant::now();
     let mut sent = 0;
-    for i in 0..rate * seconds {
+    for i in 0..rate * DEADLINE.as_secs() as u32 {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         first_initial(config.clone());
         sent += 1;
         while socket.recv(&mut d).is_ok() {}

@@ -16,11 +16,18 @@ use neqo_protocols::{ALPN_HQ, ALPN_PERF};
 use neqo_server_core::{ServerConfig, ServerHandle};
 use neqo_udp::IoMode;
 
+/// The idle and handshake timeouts of both ends where a test is not about them: a loaded
+/// machine never reaches them.
+const LONG: Duration = Duration::from_secs(120);
+
+/// A server on `listen` with [`LONG`] timeouts, and then `f`.
 fn server_with(listen: &str, f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
     let mut cfg = ServerConfig {
         listen: vec![listen.parse().unwrap()],
         ..ServerConfig::default()
     };
+    cfg.transport.idle_timeout = LONG;
+    cfg.limits.handshake_timeout = LONG;
     f(&mut cfg);
     ServerHandle::start(cfg).expect("server starts")
 }
@@ -34,10 +41,16 @@ fn url(addr: SocketAddr, path: &str) -> url::Url {
 }
 
 fn client_for(server: &ServerHandle, path: &str) -> ClientConfig {
-    ClientConfig::new(
+    patient(ClientConfig::new(
         url(server.addr(), path),
         Trust::Certs(server.certificate().to_vec()),
-    )
+    ))
+}
+
+/// `c` with an idle timeout of [`LONG`].
+fn patient(mut c: ClientConfig) -> ClientConfig {
+    c.transport.idle_timeout = LONG;
+    c
 }
 
 #[test]
@@ -87,7 +100,11 @@ fn dual_stack_server_takes_both_families() {
     let port = s.addr().port();
     for host in ["127.0.0.1", "[::1]"] {
         let u = url::Url::parse(&format!("https://{host}:{port}/100000")).unwrap();
-        let r = client::run(ClientConfig::new(u, Trust::Certs(s.certificate().to_vec()))).unwrap();
+        let r = client::run(patient(ClientConfig::new(
+            u,
+            Trust::Certs(s.certificate().to_vec()),
+        )))
+        .unwrap();
         assert_eq!(r.bytes_received, 100_000);
     }
 }
@@ -98,7 +115,11 @@ fn dual_stack_server_takes_both_families() {
 fn host_names_resolve() {
     let s = server_with("[::]:0", |_| {});
     let u = url::Url::parse(&format!("https://localhost:{}/100000", s.addr().port())).unwrap();
-    let r = client::run(ClientConfig::new(u, Trust::Certs(s.certificate().to_vec()))).unwrap();
+    let r = client::run(patient(ClientConfig::new(
+        u,
+        Trust::Certs(s.certificate().to_vec()),
+    )))
+    .unwrap();
     assert_eq!(r.bytes_received, 100_000);
 }
 
@@ -342,6 +363,7 @@ fn congestion_controllers_and_qlog() {
         let transport = TransportOptions {
             cc,
             qlog_dir: Some(dir.clone()),
+            idle_timeout: LONG,
             ..TransportOptions::default()
         };
         let t2 = transport.clone();
@@ -415,7 +437,10 @@ fn several_listen_addresses() {
     let s = server_with("127.0.0.1:0", |c| c.listen.push("[::1]:0".parse().unwrap()));
     assert_eq!(s.addrs().len(), 2);
     for addr in s.addrs().to_vec() {
-        let c = ClientConfig::new(url(addr, "/500000"), Trust::Certs(s.certificate().to_vec()));
+        let c = patient(ClientConfig::new(
+            url(addr, "/500000"),
+            Trust::Certs(s.certificate().to_vec()),
+        ));
         assert_eq!(client::run(c).unwrap().bytes_received, 500_000, "{addr}");
     }
     assert_eq!(s.stop().unwrap().driver.accepted, 2);

@@ -1,17 +1,23 @@
 //! The client as a load generator: many connections at once from one process, spread over
 //! several local sockets, at a bounded rate, each request verified and timed.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, time::Duration};
 
 use neqo_bin::client::{self, ClientConfig};
 use neqo_driver::tls::Trust;
 use neqo_server_core::{ServerConfig, ServerHandle};
+
+/// The idle and handshake timeouts of both ends: many connections at once on a loaded
+/// machine wait their turns longer than the defaults (5 s for a handshake, 10 s idle).
+const LONG: Duration = Duration::from_secs(120);
 
 fn server_with(f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
     let mut cfg = ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         ..ServerConfig::default()
     };
+    cfg.transport.idle_timeout = LONG;
+    cfg.limits.handshake_timeout = LONG;
     f(&mut cfg);
     ServerHandle::start(cfg).expect("server starts")
 }
@@ -22,6 +28,7 @@ fn load(server: &ServerHandle, path: &str, f: impl FnOnce(&mut ClientConfig)) ->
         url::Url::parse(&format!("https://{addr}{path}")).unwrap(),
         Trust::Certs(server.certificate().to_vec()),
     );
+    c.transport.idle_timeout = LONG;
     f(&mut c);
     c
 }

@@ -26,18 +26,26 @@ use neqo_server_core::{
     ServerConfig, ServerHandle, ServerId, ServerReport, Steering, quic_lb_server_id,
 };
 
+/// The idle and handshake timeouts of both ends: 64 connections at once on a loaded machine
+/// wait their turns longer than the defaults (5 s for a handshake, 10 s idle).
+const LONG: Duration = Duration::from_secs(120);
+
 fn server_with(workers: usize, f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
     let mut cfg = ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers,
         ..ServerConfig::default()
     };
+    cfg.transport.idle_timeout = LONG;
+    cfg.limits.handshake_timeout = LONG;
     f(&mut cfg);
     ServerHandle::start(cfg).expect("server starts")
 }
 
 fn client_for(server: &ServerHandle, to: SocketAddr, path: &str) -> ClientConfig {
-    ClientConfig::new(url(to, path), Trust::Certs(server.certificate().to_vec()))
+    let mut c = ClientConfig::new(url(to, path), Trust::Certs(server.certificate().to_vec()));
+    c.transport.idle_timeout = LONG;
+    c
 }
 
 fn accepted_per_worker(r: &ServerReport) -> Vec<u64> {

@@ -15,8 +15,9 @@ const POLL: Duration = Duration::from_millis(2);
 /// How long a child may take to go after SIGKILL.
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
-/// How long the output of a reaped child may take to reach its end (see [`Capture::text`]).
-const OUTPUT_WAIT: Duration = Duration::from_secs(2);
+/// A hang guard for the output of a reaped child to be taken in whole (see
+/// [`Capture::text`]): its draining thread may lag behind on a loaded machine.
+const OUTPUT_WAIT: Duration = Duration::from_secs(60);
 
 /// How a child process ended, what it used and what it wrote.
 #[derive(Debug, Clone, Default)]
@@ -79,6 +80,24 @@ pub fn run(cmd: &mut Command, limit: Duration) -> io::Result<Measured> {
     child.finish(child.started + limit)
 }
 
+/// Drains a child's output pipe.
+#[cfg(unix)]
+fn capture(
+    pipe: impl io::Read + std::os::fd::AsFd + Send + 'static,
+    on_line: impl FnMut(&str) + Send + 'static,
+) -> Capture {
+    Capture::start_pipe(pipe, on_line)
+}
+
+/// Drains a child's output pipe.
+#[cfg(not(unix))]
+fn capture(
+    pipe: impl io::Read + Send + 'static,
+    on_line: impl FnMut(&str) + Send + 'static,
+) -> Capture {
+    Capture::start(pipe, on_line)
+}
+
 /// A started child whose output is being captured; killed and reaped when dropped unfinished.
 #[derive(Debug)]
 pub(crate) struct Running {
@@ -115,8 +134,8 @@ impl Running {
         Ok(Self {
             child,
             started,
-            stdout: Capture::start(stdout, on_stdout_line),
-            stderr: Capture::start(stderr, |_| {}),
+            stdout: capture(stdout, on_stdout_line),
+            stderr: capture(stderr, |_| {}),
             reaped: false,
         })
     }
@@ -248,6 +267,15 @@ mod tests {
         assert_eq!(m.last_stderr_line(), Some("last"));
         let m = run(&mut sh("cat"), LIMIT).unwrap();
         assert!(m.success(), "stdin is closed: {m:?}");
+    }
+
+    /// A grandchild that inherited the pipes keeps them open after the child has gone: what
+    /// the child wrote is all there, and `run` does not wait for the grandchild.
+    #[test]
+    fn output_is_whole_while_a_grandchild_holds_the_pipe() {
+        let m = run(&mut sh("echo out; echo err >&2; sleep 5 & exit 0"), LIMIT).unwrap();
+        assert!(m.success(), "{m:?}");
+        assert_eq!((m.stdout.as_str(), m.stderr.as_str()), ("out\n", "err\n"));
     }
 
     #[test]

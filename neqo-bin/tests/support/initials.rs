@@ -62,6 +62,9 @@ pub struct Holders {
     state: UdpSocketState,
     endpoint: quinn_proto::Endpoint,
     crypto: Arc<quinn_proto::crypto::rustls::QuicClientConfig>,
+    /// A long idle timeout: the server's connection ends at the smaller of the two, so a
+    /// holder's handshake lasts as long as the server's timeouts say.
+    transport: Arc<quinn_proto::TransportConfig>,
     server: SocketAddr,
     buf: Vec<u8>,
     held: Held,
@@ -81,6 +84,11 @@ impl Holders {
         socket.set_nonblocking(true)?;
         let state = UdpSocketState::new((&socket).into(), neqo_udp::Config::default())
             .map_err(io::Error::other)?;
+        let mut transport = quinn_proto::TransportConfig::default();
+        transport.max_idle_timeout(Some(
+            quinn_proto::IdleTimeout::try_from(Duration::from_secs(3600))
+                .map_err(io::Error::other)?,
+        ));
         Ok(Self {
             socket,
             state,
@@ -91,6 +99,7 @@ impl Holders {
                 None,
             ),
             crypto: tls::client_crypto(&Trust::Insecure, ALPN_HQ).map_err(io::Error::other)?,
+            transport: Arc::new(transport),
             server,
             buf: Vec::new(),
             held: Held::default(),
@@ -109,6 +118,7 @@ impl Holders {
     /// The first Initial of a new connection, from `from`, with `token` if given.
     fn initial(&mut self, from: IpAddr, token: Option<Bytes>) {
         let mut config = quinn_proto::ClientConfig::new(self.crypto.clone());
+        config.transport_config(Arc::clone(&self.transport));
         if let Some(t) = token {
             config.token_store(Arc::new(Replayed(t)));
         }
@@ -168,7 +178,12 @@ impl Holders {
                 if i % 32 == 31 {
                     self.answer_retries();
                     let due = round + every / 10 * (i + 1) / n;
-                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    // In short steps, so that a stop never waits for a long round's pacing.
+                    while Instant::now() < due && !stop.load(Ordering::Relaxed) {
+                        let left = due.saturating_duration_since(Instant::now());
+                        std::thread::sleep(left.min(Duration::from_millis(2)));
+                        self.answer_retries();
+                    }
                 }
             }
             while round.elapsed() < every && !stop.load(Ordering::Relaxed) {
@@ -229,7 +244,8 @@ pub fn aimed_flood(
     let mut reply = [0u8; 2048];
     for _ in 0..probes {
         let socket = UdpSocket::bind((from, 0))?;
-        socket.set_read_timeout(Some(Duration::from_secs(1)))?;
+        // A hang guard: a loaded server answers late, and a port skipped is one not aimed.
+        socket.set_read_timeout(Some(Duration::from_secs(30)))?;
         socket.send_to(&initial(), server)?;
         let Ok((n, _)) = socket.recv_from(&mut reply) else {
             continue;

@@ -340,3 +340,4 @@ mod quic_apps;
 mod retry;
 mod services;
 mod shutdown;
+mod vanishing;
