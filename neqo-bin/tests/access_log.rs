@@ -207,7 +207,7 @@ fn sighup_opens_the_log_again_after_a_rotation() {
     let d = dir("rotate");
     let log = d.join("access.log");
     let rotated = d.join("access.log.1");
-    let server = Server::start(
+    let mut server = Server::start(
         Command::new(SERVER).args([
             "--listen",
             "127.0.0.1:0",
@@ -221,20 +221,7 @@ fn sighup_opens_the_log_again_after_a_rotation() {
     .expect("server starts");
     assert!(fetch(&server, "hq-interop", &["/1000"], &[]).success());
     std::fs::rename(&log, &rotated).unwrap();
-    let ok = Command::new("kill")
-        .args(["-HUP", &server.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -HUP");
-    // The server opens the file again when it takes the signal (a hang guard of a minute).
-    for _ in 0..2400 {
-        if log.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    assert!(log.exists(), "the log was not opened again");
+    reopen(&mut server, &log);
     assert!(fetch(&server, "hq-interop", &["/2000"], &[]).success());
     let stopped = server.stop().unwrap();
     assert!(!stopped.killed);
@@ -267,7 +254,7 @@ fn a_log_on_a_full_disk_counts_its_drops_and_a_reopen_resumes_it() {
     let d = dir("full");
     let log = d.join("access.log");
     std::os::unix::fs::symlink("/dev/full", &log).unwrap();
-    let server = Server::start(
+    let mut server = Server::start(
         Command::new(SERVER)
             .args([
                 "--listen",
@@ -287,19 +274,7 @@ fn a_log_on_a_full_disk_counts_its_drops_and_a_reopen_resumes_it() {
     }
     // The path a real file again: SIGHUP opens (creates) it.
     std::fs::remove_file(&log).unwrap();
-    let ok = Command::new("kill")
-        .args(["-HUP", &server.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -HUP");
-    for _ in 0..2400 {
-        if log.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    assert!(log.exists(), "the log was not opened again");
+    reopen(&mut server, &log);
     for p in ["/2000", "/2001"] {
         assert!(fetch(&server, "hq-interop", &[p], &[]).success());
     }
@@ -337,4 +312,17 @@ fn a_log_on_a_full_disk_counts_its_drops_and_a_reopen_resumes_it() {
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// SIGHUP, then waits until the server has opened (created) `log` again: when it takes the
+/// signal, with a hang guard of a minute.
+fn reopen(server: &mut Server, log: &Path) {
+    server.hangup().expect("SIGHUP");
+    for _ in 0..2400 {
+        if log.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("the log was not opened again");
 }

@@ -157,15 +157,6 @@ fn from_config(cfg: &str, extra: &[&str]) -> Server {
     .expect("server starts")
 }
 
-fn hangup(server: &Server) {
-    let ok = Command::new("kill")
-        .args(["-HUP", &server.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -HUP");
-}
-
 #[test]
 fn sighup_replaces_the_certificate_and_a_refused_reload_keeps_the_old() {
     let d = dir("sighup");
@@ -177,7 +168,7 @@ fn sighup_replaces_the_certificate_and_a_refused_reload_keeps_the_old() {
     let ca_b = put(&d.join("b.pem"), &b.cert);
     let ca_c = put(&d.join("c.pem"), &c.cert);
     let metrics = metrics_addr();
-    let server = Server::start(
+    let mut server = Server::start(
         Command::new(SERVER).args([
             "--listen",
             "127.0.0.1:0",
@@ -221,7 +212,7 @@ fn sighup_replaces_the_certificate_and_a_refused_reload_keeps_the_old() {
     scrape_until(metrics, "the download's connection open", |m| {
         m["neqo_server_connections_open"] == 1.0
     });
-    hangup(&server);
+    server.hangup().expect("SIGHUP");
     let m = scrape_until(metrics, "the reload", |m| replacements(m, "done") == 1.0);
     assert_eq!(
         m["neqo_server_connections_open"], 1.0,
@@ -241,7 +232,7 @@ fn sighup_replaces_the_certificate_and_a_refused_reload_keeps_the_old() {
 
     // C's certificate with B's key: refused, B still served.
     put(&cert, &c.cert);
-    hangup(&server);
+    server.hangup().expect("SIGHUP");
     let m = scrape_until(metrics, "the refusal", |m| {
         replacements(m, "refused") == 1.0
     });
@@ -324,11 +315,11 @@ fn sighup_refuses_a_config_that_became_a_fifo_and_sigterm_still_stops() {
         &cfg,
         &format!("listen = \"127.0.0.1:0\"\nworkers = 1\ntls-cert = {ca:?}\ntls-key = {key:?}\n"),
     );
-    let server = from_config(&cfg_s, &[]);
+    let mut server = from_config(&cfg_s, &[]);
     assert!(fetch(&server, "/1000", &ca).success());
     std::fs::remove_file(&cfg).unwrap();
     mkfifo(&cfg);
-    hangup(&server);
+    server.hangup().expect("SIGHUP");
     wait_for(
         &server,
         &format!(
@@ -361,14 +352,14 @@ fn a_reload_stuck_on_a_file_is_given_up_and_sighups_meanwhile_fold_into_one() {
             "listen = \"127.0.0.1:0\"\nworkers = 1\ntls-cert = {cert_s:?}\ntls-key = {key_s:?}\n"
         ),
     );
-    let server = from_config(&cfg, &[]);
+    let mut server = from_config(&cfg, &[]);
     assert!(fetch(&server, "/1000", &ca_a).success());
     let given_up = "neqo-server: SIGHUP: reload not done within 5 s (a file that blocks: a FIFO, \
                     a hung mount?), given up: still serving the old settings";
 
     std::fs::remove_file(&cert).unwrap();
     mkfifo(&cert);
-    hangup(&server);
+    server.hangup().expect("SIGHUP");
     wait_for(&server, given_up, 1);
     assert!(fetch(&server, "/1000", &ca_a).success(), "a still served");
     #[cfg(target_os = "linux")]
@@ -410,7 +401,7 @@ fn a_reload_stuck_on_a_file_is_given_up_and_sighups_meanwhile_fold_into_one() {
     // SIGTERM while a reload waits on a file.
     std::fs::remove_file(&cert).unwrap();
     mkfifo(&cert);
-    hangup(&server);
+    server.hangup().expect("SIGHUP");
     wait_for(&server, given_up, 2);
     let out = server.stop().unwrap();
     assert!(!out.killed && out.success(), "{}", out.stderr);
@@ -527,8 +518,8 @@ fn a_reload_names_the_settings_that_apply_only_at_a_start() {
             ),
         )
     };
-    let server = from_config(&config("127.0.0.1:0", 1, &ca_a, &key_a), &[]);
-    hangup(&server);
+    let mut server = from_config(&config("127.0.0.1:0", 1, &ca_a, &key_a), &[]);
+    server.hangup().expect("SIGHUP");
     let err = wait_for(
         &server,
         "neqo-server: SIGHUP: serving 1 certificate(s) read again",
@@ -537,7 +528,7 @@ fn a_reload_names_the_settings_that_apply_only_at_a_start() {
     assert!(!err.contains("changed"), "nothing changed: {err}");
 
     config("127.0.0.1:0", 2, &ca_b, &key_b);
-    hangup(&server);
+    server.hangup().expect("SIGHUP");
     let err = wait_for(
         &server,
         "neqo-server: SIGHUP: --workers changed: it applies at the next start",
@@ -550,7 +541,7 @@ fn a_reload_names_the_settings_that_apply_only_at_a_start() {
     assert!(fetch(&server, "/1000", &ca_b).success(), "b applied");
 
     config("127.0.0.1:1", 2, &ca_b, &key_b);
-    hangup(&server);
+    server.hangup().expect("SIGHUP");
     wait_for(
         &server,
         "neqo-server: SIGHUP: --listen, --workers changed: they apply at the next start",

@@ -160,6 +160,18 @@ impl Running {
         os::terminate(&mut self.child)
     }
 
+    /// Sends SIGHUP, unless it has ended.
+    ///
+    /// # Errors
+    /// When the signal cannot be sent.
+    #[cfg(unix)]
+    pub(crate) fn hangup(&mut self) -> io::Result<()> {
+        if self.reaped {
+            return Ok(());
+        }
+        os::hangup(&mut self.child)
+    }
+
     /// Waits for it to end, killing it at `deadline`, and measures it.
     ///
     /// # Errors

@@ -16,7 +16,7 @@ pub(crate) struct Exit {
 }
 
 #[cfg(unix)]
-pub(crate) use unix::{terminate, try_reap};
+pub(crate) use unix::{hangup, terminate, try_reap};
 
 #[cfg(not(unix))]
 pub(crate) use other::{terminate, try_reap};
@@ -77,10 +77,21 @@ mod unix {
     ///
     /// `child` must not have been reaped yet (see [`try_reap`]).
     pub(crate) fn terminate(child: &mut Child) -> io::Result<()> {
+        signal(child, libc::SIGTERM)
+    }
+
+    /// Sends SIGHUP: for a server, a request to read its files again.
+    ///
+    /// `child` must not have been reaped yet (see [`try_reap`]).
+    pub(crate) fn hangup(child: &mut Child) -> io::Result<()> {
+        signal(child, libc::SIGHUP)
+    }
+
+    fn signal(child: &mut Child, signo: libc::c_int) -> io::Result<()> {
         let pid = pid(child)?;
-        // SAFETY: kill(2) takes no pointers. `pid` names our unreaped child (the caller's
+        // SAFETY: kill(2) takes no pointers. `pid` names our unreaped child (the callers'
         // contract; an exited but unreaped child keeps its pid), never a reused pid.
-        if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
+        if unsafe { libc::kill(pid, signo) } == 0 {
             Ok(())
         } else {
             Err(io::Error::last_os_error())

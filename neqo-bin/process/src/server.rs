@@ -168,6 +168,15 @@ impl Server {
         self.child.terminate()
     }
 
+    /// Sends it SIGHUP (reread its certificates, reopen its log) without waiting.
+    ///
+    /// # Errors
+    /// When it cannot be signalled.
+    #[cfg(unix)]
+    pub fn hangup(&mut self) -> io::Result<()> {
+        self.child.hangup()
+    }
+
     /// Waits for it to end, kills it if it has not `limit` from now, and measures it.
     ///
     /// # Errors

@@ -899,22 +899,29 @@ mod tests {
         assert!(disk.0.lock().unwrap().refused > 0);
     }
 
+    /// A log on a disk with room for a line and a half, `n` lines logged to it: by the time
+    /// it returns every line but the one cut short is accounted for (one written, the rest
+    /// dropped).
+    fn filled_mid_line(n: usize) -> (Disk, AccessLog) {
+        let one = lines_of("a", [0]).len();
+        let disk = Disk::with_room(one + one / 2);
+        let log = AccessLog::start(Box::new(disk.clone()), AccessLogFormat::Common).unwrap();
+        for i in 0..n {
+            log.log(numbered("a", i));
+        }
+        wait_for("all lines but the one cut short counted", || {
+            log.written() + log.dropped() == n as u64 - 1
+        });
+        (disk, log)
+    }
+
     /// A disk that takes half a line and then no more: the line cut short is completed by the
     /// first write once the disk has room (not glued to the next line, not left half), the
     /// lines that did not fit are counted as dropped, and the log goes on.
     #[test]
     fn a_line_cut_short_is_completed_when_room_comes_back() {
-        let one = lines_of("a", [0]).len();
-        let disk = Disk::with_room(one + one / 2);
-        let log = AccessLog::start(Box::new(disk.clone()), AccessLogFormat::Common).unwrap();
-        let n = 10;
-        for i in 0..n {
-            log.log(numbered("a", i));
-        }
-        // Every line but the one cut short is accounted for: one written, the rest dropped.
-        wait_for("all lines but the one cut short counted", || {
-            log.written() + log.dropped() == n as u64 - 1
-        });
+        let (one, n) = (lines_of("a", [0]).len(), 10);
+        let (disk, log) = filled_mid_line(n);
         assert_eq!(log.written(), 1);
         assert_eq!(log.dropped_by_errors(), n as u64 - 2);
         let half = disk.text();
@@ -971,16 +978,8 @@ mod tests {
     /// and gets every line logged after.
     #[test]
     fn a_reopen_after_a_failure_writes_to_the_new_output() {
-        let one = lines_of("a", [0]).len();
-        let disk = Disk::with_room(one + one / 2);
-        let log = AccessLog::start(Box::new(disk.clone()), AccessLogFormat::Common).unwrap();
-        let n = 10;
-        for i in 0..n {
-            log.log(numbered("a", i));
-        }
-        wait_for("all lines but the one cut short counted", || {
-            log.written() + log.dropped() == n as u64 - 1
-        });
+        let (one, n) = (lines_of("a", [0]).len(), 10);
+        let (disk, log) = filled_mid_line(n);
         let new = Disk::default();
         log.reopen(Box::new(new.clone())).unwrap();
         for i in 0..5 {
