@@ -71,6 +71,7 @@ fn refused_with(cmd: &mut Command) -> (Option<i32>, String) {
 }
 
 /// `neqo-client` with `args` and the variables `env` (and no other `NEQO_CLIENT_*`).
+#[cfg(unix)]
 fn client(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_neqo-client"));
     c.args(args).envs(env.iter().copied());
@@ -87,7 +88,7 @@ fn client(args: &[&str], env: &[(&str, &str)]) -> Command {
 fn fetch(server: &Server, path: &str, args: &[&str], env: &[(&str, &str)]) -> Measured {
     let mut c = Command::new(CLIENT);
     c.arg(format!("https://{}{path}", server.addr()))
-        .args(["--no-progress", "--idle-timeout", "5"])
+        .args(["--no-progress", "--idle-timeout", "60"])
         .args(args)
         .envs(env.iter().copied());
     run(&mut c, LIMIT).unwrap()

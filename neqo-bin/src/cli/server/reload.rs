@@ -1,6 +1,13 @@
 //! What neqo-server's SIGHUP reloads, and what it opens at start for that: the certificates
 //! (`--tls-cert`/`--tls-key`, read and checked pair by pair) and the access log's output;
 //! and how: off the signal handlers' thread, one reload at a time, within a deadline.
+//!
+//! Without SIGHUP (Windows) the server opens the log and builds its [`Reloader`] all the
+//! same, and nothing reloads.
+#![cfg_attr(
+    not(unix),
+    expect(dead_code, reason = "the reload runs on SIGHUP, which only Unix has")
+)]
 
 use std::{
     future::Future,
