@@ -144,10 +144,13 @@ impl Board {
             .iter()
             .map(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).clone())
             .collect();
-        // The TLS counters are the process's: the same in every worker's report. Only the
-        // server role's are published (`TlsCounters` documents which side counts what); the
-        // full handshakes are the handshake histogram's count less the resumptions.
-        if let Some(tls) = reports.iter().flatten().map(|r| r.tls).next_back() {
+        // The TLS counters are the process's, read as they are now: a worker's report holds
+        // them as they were when it last published, and the one published last may be the
+        // staler (a scrape could then count fewer than the one before). Only the server
+        // role's are published (`TlsCounters` documents which side counts what); the full
+        // handshakes are the handshake histogram's count less the resumptions.
+        if reports.iter().any(Option::is_some) {
+            let tls = neqo_driver::tls::counters::snapshot();
             for (name, help, v) in [
                 (
                     "tls_tickets_redeemed",
