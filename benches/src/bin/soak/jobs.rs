@@ -11,7 +11,7 @@ use std::{
 
 use neqo_report::{ClientReport, ReadError, Report as _};
 use rand::{Rng as _, rngs::StdRng, seq::IndexedRandom as _};
-use test_fixtures::{Server, release_binary};
+use test_fixtures::{Measured, Server, release_binary};
 
 /// How often the impaired jobs' relay gives its client a new port.
 const REBIND_EVERY_MS: u64 = 300;
@@ -263,6 +263,28 @@ fn metric_sum(addr: SocketAddr, metric: &str) -> Option<u64> {
         reason = "a count"
     )]
     Some(n as u64)
+}
+
+/// A drain job's server and its report (`report`): the report when the server exited
+/// cleanly, otherwise the job's verdict, which says what went wrong.
+fn drained(
+    own: Option<&std::io::Result<Measured>>,
+    report: &std::path::Path,
+) -> Result<neqo_report::ServerReport, Verdict> {
+    let m = match own {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => return Err(Verdict::Unexplained(format!("the drained server: {e}"))),
+        None => return Err(Verdict::Unexplained("no server to drain".into())),
+    };
+    if !m.success() || m.killed {
+        return Err(Verdict::Unexplained(format!(
+            "the drained server's exit: {}",
+            m.ending()
+        )));
+    }
+    neqo_report::ServerReport::read(report).map_err(|e| {
+        Verdict::Unexplained(format!("the drained server's report: {e} ({})", m.ending()))
+    })
 }
 
 fn kill(pid: u32, signal: &str) {
@@ -695,85 +717,62 @@ impl Job {
                     ))
                 }
             }
-            Expect::Drain { total, report } => {
-                let server = neqo_report::ServerReport::read(report).map_err(|e| e.to_string());
-                match (own, server) {
-                    (Some(Ok(m)), Ok(r)) if m.success() && !m.killed => {
-                        let whole = requests + rejected + failed == *total
-                            && r.requests == requests
-                            && r.cut_at_shutdown == 0;
-                        // Sent, unanswered when the server closed gracefully (H3_NO_ERROR)
-                        // having answered all it took: sent past its GOAWAY's stream ID, or
-                        // it would have answered or cut them. The h3 crate's client keeps
-                        // that ID to itself, so it cannot tell them unprocessed and counts
-                        // them failed, never safe to retry (our own HTTP/3 client will:
-                        // issue 54).
-                        let past_goaway = stderr
-                            .lines()
-                            .filter(|l| l.starts_with("neqo-client: error:"))
-                            .all(|l| {
-                                l.ends_with("closed by peer: shutdown (code 256)")
-                                    || l.ends_with("(not processed: safe to retry)")
-                            });
-                        match (whole, failed) {
-                            (true, 0) => Verdict::Ok,
-                            (true, _) if past_goaway => Verdict::Explained(
-                                "some sent past the GOAWAY, unanswered at the graceful close: \
+            Expect::Drain { total, report } => match drained(own.as_ref(), report) {
+                Err(v) => v,
+                Ok(r) => {
+                    let whole = requests + rejected + failed == *total
+                        && r.requests == requests
+                        && r.cut_at_shutdown == 0;
+                    // Sent, unanswered when the server closed gracefully (H3_NO_ERROR)
+                    // having answered all it took: sent past its GOAWAY's stream ID, or
+                    // it would have answered or cut them. The h3 crate's client keeps
+                    // that ID to itself, so it cannot tell them unprocessed and counts
+                    // them failed, never safe to retry (our own HTTP/3 client will:
+                    // issue 54).
+                    let past_goaway = stderr
+                        .lines()
+                        .filter(|l| l.starts_with("neqo-client: error:"))
+                        .all(|l| {
+                            l.ends_with("closed by peer: shutdown (code 256)")
+                                || l.ends_with("(not processed: safe to retry)")
+                        });
+                    match (whole, failed) {
+                        (true, 0) => Verdict::Ok,
+                        (true, _) if past_goaway => Verdict::Explained(
+                            "some sent past the GOAWAY, unanswered at the graceful close: \
                                  counted failed (the h3 crate's client cannot read the GOAWAY)"
-                                    .into(),
-                            ),
-                            _ => Verdict::Unexplained(format!(
-                                "drained: {requests} answered, {rejected} rejected, {failed} \
+                                .into(),
+                        ),
+                        _ => Verdict::Unexplained(format!(
+                            "drained: {requests} answered, {rejected} rejected, {failed} \
                                  failed of {total}, the server answered {} and cut {}; {last_line}",
-                                r.requests, r.cut_at_shutdown
-                            )),
-                        }
+                            r.requests, r.cut_at_shutdown
+                        )),
                     }
-                    (Some(Ok(m)), Ok(_)) => {
-                        Verdict::Unexplained(format!("the drained server's exit: {}", m.ending()))
-                    }
-                    (Some(Ok(m)), Err(e)) => Verdict::Unexplained(format!(
-                        "the drained server's report: {e} ({})",
-                        m.ending()
-                    )),
-                    (Some(Err(e)), _) => Verdict::Unexplained(format!("the drained server: {e}")),
-                    (None, _) => Verdict::Unexplained("no server to drain".into()),
                 }
-            }
-            Expect::CutOrWhole { bytes, report } => {
-                let cut_counted = neqo_report::ServerReport::read(report)
-                    .map(|r| r.cut_at_shutdown)
-                    .map_err(|e| e.to_string());
-                match (own, cut_counted) {
-                    (Some(Ok(m)), Ok(counted)) if m.success() && !m.killed => {
-                        let whole = status.success() && received == *bytes && failed == 0;
-                        let cut = !status.success()
-                            && failed == 1
-                            && rejected == 0
-                            && stderr.contains("cut: the server shut down")
-                            && !stderr.contains("safe to retry");
-                        match (whole, cut, counted) {
-                            (true, _, 0) => Verdict::Ok,
-                            (_, true, 1) => Verdict::Explained(
-                                "cut at the end of the drain period, as the server counted".into(),
-                            ),
-                            _ => Verdict::Unexplained(format!(
-                                "drained: {received} of {bytes} B, {failed} failed, {rejected} \
+            },
+            Expect::CutOrWhole { bytes, report } => match drained(own.as_ref(), report) {
+                Err(v) => v,
+                Ok(r) => {
+                    let counted = r.cut_at_shutdown;
+                    let whole = status.success() && received == *bytes && failed == 0;
+                    let cut = !status.success()
+                        && failed == 1
+                        && rejected == 0
+                        && stderr.contains("cut: the server shut down")
+                        && !stderr.contains("safe to retry");
+                    match (whole, cut, counted) {
+                        (true, _, 0) => Verdict::Ok,
+                        (_, true, 1) => Verdict::Explained(
+                            "cut at the end of the drain period, as the server counted".into(),
+                        ),
+                        _ => Verdict::Unexplained(format!(
+                            "drained: {received} of {bytes} B, {failed} failed, {rejected} \
                                  rejected, the server counted {counted} cut: {status}; {last_line}"
-                            )),
-                        }
+                        )),
                     }
-                    (Some(Ok(m)), Ok(_)) => {
-                        Verdict::Unexplained(format!("the drained server's exit: {}", m.ending()))
-                    }
-                    (Some(Ok(m)), Err(e)) => Verdict::Unexplained(format!(
-                        "the drained server's report: {e} ({})",
-                        m.ending()
-                    )),
-                    (Some(Err(e)), _) => Verdict::Unexplained(format!("the drained server: {e}")),
-                    (None, _) => Verdict::Unexplained("no server to drain".into()),
                 }
-            }
+            },
             Expect::Transfer { requests: r, bytes } => {
                 if requests == *r && received == *bytes && failed == 0 {
                     Verdict::Ok
