@@ -1,51 +1,75 @@
-//! HTTP/3 framing (RFC 9114 section 7): QUIC variable-length integers, frames read
-//! incrementally from a stream's chunks, and the frames the server writes.
+//! HTTP/3 framing (RFC 9114 section 7): QUIC variable-length integers, frame and error
+//! codes, and frames read incrementally from a stream's chunks of any size.
 
 /// Frame types (RFC 9114 section 7.2).
-pub(super) mod kind {
-    pub(in crate::http3) const DATA: u64 = 0x0;
-    pub(in crate::http3) const HEADERS: u64 = 0x1;
-    pub(in crate::http3) const CANCEL_PUSH: u64 = 0x3;
-    pub(in crate::http3) const SETTINGS: u64 = 0x4;
-    pub(in crate::http3) const PUSH_PROMISE: u64 = 0x5;
-    pub(in crate::http3) const GOAWAY: u64 = 0x7;
-    pub(in crate::http3) const MAX_PUSH_ID: u64 = 0xd;
+pub mod kind {
+    /// A body's bytes.
+    pub const DATA: u64 = 0x0;
+    /// A field section: a head or trailers.
+    pub const HEADERS: u64 = 0x1;
+    /// A push cancelled (control stream).
+    pub const CANCEL_PUSH: u64 = 0x3;
+    /// The endpoint's settings, the control stream's first frame.
+    pub const SETTINGS: u64 = 0x4;
+    /// A push announced (request stream, server to client).
+    pub const PUSH_PROMISE: u64 = 0x5;
+    /// The end of the connection's new requests (control stream).
+    pub const GOAWAY: u64 = 0x7;
+    /// The pushes a client allows (control stream).
+    pub const MAX_PUSH_ID: u64 = 0xd;
 
     /// HTTP/2's frame types that HTTP/3 reserves and forbids (section 7.2.8).
-    pub(in crate::http3) const fn is_http2(kind: u64) -> bool {
+    pub const fn is_http2(kind: u64) -> bool {
         matches!(kind, 0x2 | 0x6 | 0x8 | 0x9)
     }
 }
 
 /// Error codes (RFC 9114 section 8.1, RFC 9204 section 6).
-pub(super) mod code {
-    pub(in crate::http3) const NO_ERROR: u64 = 0x100;
-    pub(in crate::http3) const INTERNAL_ERROR: u64 = 0x102;
-    pub(in crate::http3) const STREAM_CREATION_ERROR: u64 = 0x103;
-    pub(in crate::http3) const CLOSED_CRITICAL_STREAM: u64 = 0x104;
-    pub(in crate::http3) const FRAME_UNEXPECTED: u64 = 0x105;
-    pub(in crate::http3) const FRAME_ERROR: u64 = 0x106;
-    pub(in crate::http3) const EXCESSIVE_LOAD: u64 = 0x107;
-    pub(in crate::http3) const ID_ERROR: u64 = 0x108;
-    pub(in crate::http3) const SETTINGS_ERROR: u64 = 0x109;
-    pub(in crate::http3) const MISSING_SETTINGS: u64 = 0x10a;
-    pub(in crate::http3) const REQUEST_REJECTED: u64 = 0x10b;
-    pub(in crate::http3) const REQUEST_CANCELLED: u64 = 0x10c;
-    pub(in crate::http3) const REQUEST_INCOMPLETE: u64 = 0x10d;
-    pub(in crate::http3) const MESSAGE_ERROR: u64 = 0x10e;
-    pub(in crate::http3) const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
-    pub(in crate::http3) const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
-    pub(in crate::http3) const QPACK_DECODER_STREAM_ERROR: u64 = 0x202;
+pub mod code {
+    /// No error: a graceful close, or a stream not needed.
+    pub const NO_ERROR: u64 = 0x100;
+    /// The endpoint failed on its own.
+    pub const INTERNAL_ERROR: u64 = 0x102;
+    /// A stream of a type the peer may not open.
+    pub const STREAM_CREATION_ERROR: u64 = 0x103;
+    /// A control or QPACK stream ended.
+    pub const CLOSED_CRITICAL_STREAM: u64 = 0x104;
+    /// A frame not allowed on its stream or at that point.
+    pub const FRAME_UNEXPECTED: u64 = 0x105;
+    /// A frame whose layout is wrong.
+    pub const FRAME_ERROR: u64 = 0x106;
+    /// The peer generates more load than the endpoint takes.
+    pub const EXCESSIVE_LOAD: u64 = 0x107;
+    /// A stream or push ID used wrongly.
+    pub const ID_ERROR: u64 = 0x108;
+    /// A SETTINGS frame with an error.
+    pub const SETTINGS_ERROR: u64 = 0x109;
+    /// A control stream that does not open with SETTINGS.
+    pub const MISSING_SETTINGS: u64 = 0x10a;
+    /// A request the server did not process: the client may retry it.
+    pub const REQUEST_REJECTED: u64 = 0x10b;
+    /// A request or response no longer wanted.
+    pub const REQUEST_CANCELLED: u64 = 0x10c;
+    /// A request stream that ended before the request was whole.
+    pub const REQUEST_INCOMPLETE: u64 = 0x10d;
+    /// A malformed message (section 4.1.2).
+    pub const MESSAGE_ERROR: u64 = 0x10e;
+    /// A field section QPACK cannot decode.
+    pub const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
+    /// An encoder instruction the decoder refuses.
+    pub const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
+    /// A decoder instruction the encoder refuses.
+    pub const QPACK_DECODER_STREAM_ERROR: u64 = 0x202;
 }
 
-/// The largest frame the server buffers whole (any but DATA, which streams, and unknown
+/// The largest frame an endpoint here buffers whole (any but DATA, which streams, and unknown
 /// types, which are skipped): a peer announcing more is refused at the frame's header, before
 /// any of it is read.
 pub const FRAME_LIMIT: u64 = 32 * 1024;
 
 /// What a peer did wrong, and how far the damage reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Violation {
+pub enum Violation {
     /// The connection is closed with this code and reason.
     Connection(u64, &'static str),
     /// The stream is reset and stopped with this code; the connection goes on.
@@ -53,8 +77,11 @@ pub(super) enum Violation {
 }
 
 /// Appends `v` as a QUIC variable-length integer (RFC 9000 section 16).
-pub(super) fn put_varint(v: u64, out: &mut Vec<u8>) {
-    // Values never exceed 2^62 here: lengths and IDs the server makes itself.
+///
+/// `v` is below 2^62, the largest a varint holds (lengths and IDs an endpoint makes itself);
+/// a larger one would be written with its top bits lost.
+pub fn put_varint(v: u64, out: &mut Vec<u8>) {
+    debug_assert!(v < 1 << 62, "{v} does not fit a varint");
     if v < 1 << 6 {
         out.push(v as u8);
     } else if v < 1 << 14 {
@@ -67,7 +94,7 @@ pub(super) fn put_varint(v: u64, out: &mut Vec<u8>) {
 }
 
 /// A variable-length integer at the start of `b` and its length; `None` if `b` ends first.
-pub(super) fn varint(b: &[u8]) -> Option<(u64, usize)> {
+pub fn varint(b: &[u8]) -> Option<(u64, usize)> {
     let first = *b.first()?;
     let len = 1usize << (first >> 6);
     let mut v = u64::from(first & 0x3F);
@@ -78,14 +105,14 @@ pub(super) fn varint(b: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// Appends a frame's header: its type and payload length.
-pub(super) fn put_frame_header(kind: u64, len: u64, out: &mut Vec<u8>) {
+pub fn put_frame_header(kind: u64, len: u64, out: &mut Vec<u8>) {
     put_varint(kind, out);
     put_varint(len, out);
 }
 
 /// What to do with a frame whose header was read ([`Step::Begins`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Take {
+pub enum Take {
     /// Hand over its payload whole ([`Step::Whole`]), buffered if it arrives in pieces.
     Whole,
     /// Hand over its payload as it arrives ([`Step::Piece`]), nothing buffered.
@@ -96,11 +123,21 @@ pub(super) enum Take {
 
 /// What [`FrameReader::feed`] found.
 #[derive(Debug)]
-pub(super) enum Step<'a> {
+pub enum Step<'a> {
     /// A frame begins: the answer says what to do with its payload.
-    Begins { kind: u64, len: u64 },
+    Begins {
+        /// Its type ([`kind`]).
+        kind: u64,
+        /// Its payload's length, as the peer announced it.
+        len: u64,
+    },
     /// A frame taken [`Take::Whole`], complete.
-    Whole { kind: u64, payload: &'a [u8] },
+    Whole {
+        /// Its type ([`kind`]).
+        kind: u64,
+        /// Its payload.
+        payload: &'a [u8],
+    },
     /// Part of a frame taken [`Take::Pieces`].
     Piece(&'a [u8]),
 }
@@ -116,7 +153,7 @@ struct Current {
 
 /// Frames read from a stream whose bytes arrive in chunks of any size.
 #[derive(Debug, Default)]
-pub(super) struct FrameReader {
+pub struct FrameReader {
     /// A frame header cut by a chunk's end (at most two 8-byte varints).
     header: Vec<u8>,
     current: Option<Current>,
@@ -125,14 +162,16 @@ pub(super) struct FrameReader {
 }
 
 impl FrameReader {
-    /// Bytes it holds for frames not yet whole.
-    #[cfg(test)]
-    pub(super) fn held(&self) -> usize {
+    /// Bytes it holds for frames not yet whole: at most a frame header cut by a chunk's end
+    /// (16 bytes) and a [`Take::Whole`] frame's payload, which the caller bounds at
+    /// [`Step::Begins`].
+    #[must_use]
+    pub fn held(&self) -> usize {
         self.buf.len() + self.header.len()
     }
 
     /// Whether the stream may end here: between frames.
-    pub(super) fn between_frames(&self) -> bool {
+    pub fn between_frames(&self) -> bool {
         self.current.is_none() && self.header.is_empty()
     }
 
@@ -141,7 +180,7 @@ impl FrameReader {
     ///
     /// # Errors
     /// The first violation `on` returns; the reader is then not to be fed again.
-    pub(super) fn feed(
+    pub fn feed(
         &mut self,
         mut input: &[u8],
         on: &mut impl FnMut(Step<'_>) -> Result<Take, Violation>,

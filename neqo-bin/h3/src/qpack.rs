@@ -1,11 +1,12 @@
-//! QPACK (RFC 9204) as a server that offers no dynamic table uses it: field sections decoded
-//! against the static table alone, responses encoded with static references and plain
-//! literals. With `SETTINGS_QPACK_MAX_TABLE_CAPACITY` 0 (the default the server leaves in
-//! place) a peer may reference no dynamic entry, so a section decodes on its own, in any order,
-//! and nothing is kept between sections.
+//! QPACK (RFC 9204) as an endpoint that offers no dynamic table uses it: field sections
+//! decoded against the static table alone, and encoded with static references and plain
+//! literals. With `SETTINGS_QPACK_MAX_TABLE_CAPACITY` 0 (the default, which endpoints here
+//! leave in place) a peer may reference no dynamic entry, so a section decodes on its own, in
+//! any order, and nothing is kept between sections; and an encoder that uses no dynamic table
+//! needs nothing from its peer's settings either.
 
-/// The static table (RFC 9204 appendix A).
-const STATIC: [(&str, &str); 99] = [
+/// The static table (RFC 9204 appendix A): (name, value) by index.
+pub const STATIC: [(&str, &str); 99] = [
     (":authority", ""),
     (":path", "/"),
     ("age", "0"),
@@ -116,19 +117,19 @@ const STATIC: [(&str, &str); 99] = [
     ("x-frame-options", "sameorigin"),
 ];
 
-/// Static entries the server's responses name.
+/// Static entries [`put_response`] names.
 const STATUS: usize = 24;
 const CONTENT_LENGTH: usize = 4;
 const CONTENT_TYPE: usize = 44;
 
 /// Why a field section could not be decoded: `QPACK_DECOMPRESSION_FAILED` (section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Undecodable(pub(super) &'static str);
+pub struct Undecodable(pub &'static str);
 
 /// Decodes strings; reused between sections so that a section costs no allocation unless a
 /// string is Huffman-coded.
 #[derive(Debug, Default)]
-pub(super) struct Decoder {
+pub struct Decoder {
     name: Vec<u8>,
     value: Vec<u8>,
 }
@@ -139,7 +140,7 @@ impl Decoder {
     /// # Errors
     /// The section references a dynamic entry or one past the static table, or is cut short,
     /// or a Huffman string is invalid; or `field` refused a line (its error is returned).
-    pub(super) fn fields<E: From<Undecodable>>(
+    pub fn fields<E: From<Undecodable>>(
         &mut self,
         section: &[u8],
         mut field: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
@@ -271,24 +272,51 @@ fn put_int(flags: u8, bits: u32, v: u64, out: &mut Vec<u8>) {
 /// Appends a field line for static entry `name` with `value`: the entry itself when it holds
 /// that value, else a literal (not Huffman-coded) with its name.
 fn put_field(name: usize, value: &str, out: &mut Vec<u8>) {
+    put_named(name, value.as_bytes(), out);
+}
+
+/// [`put_field`] for any value: `name` is the first entry with that name (later ones with it
+/// need not follow it: `:status` has two runs).
+fn put_named(name: usize, value: &[u8], out: &mut Vec<u8>) {
     let wanted = STATIC[name].0;
-    let exact = STATIC
+    let exact = STATIC[name..]
         .iter()
-        .enumerate()
-        .skip(name)
-        .find(|(_, (n, v))| *n == wanted && *v == value);
-    if let Some((i, _)) = exact {
-        put_int(0xC0, 6, i as u64, out);
+        .position(|(n, v)| *n == wanted && v.as_bytes() == value);
+    if let Some(i) = exact {
+        put_int(0xC0, 6, (name + i) as u64, out);
         return;
     }
+    // Literal field line with name reference: N clear, T set (static).
     put_int(0x50, 4, name as u64, out);
     put_int(0x00, 7, value.len() as u64, out);
-    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(value);
+}
+
+/// Appends a field section of `fields` (name, value) in order: each line the static entry that
+/// holds it, or a literal with the static entry's name where one has it, or a literal with its
+/// name; no string Huffman-coded. What the lines hold is not checked here: the head rules
+/// ([`head`](crate::head)) say what a message may carry.
+pub fn put_section<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, out: &mut Vec<u8>) {
+    // Required Insert Count 0, Base 0.
+    out.extend_from_slice(&[0, 0]);
+    for (name, value) in fields {
+        let named = STATIC.iter().position(|(n, _)| n.as_bytes() == name);
+        match named {
+            Some(first) => put_named(first, value, out),
+            None => {
+                // Literal field line with literal name: N clear, not Huffman-coded.
+                put_int(0x20, 3, name.len() as u64, out);
+                out.extend_from_slice(name);
+                put_int(0x00, 7, value.len() as u64, out);
+                out.extend_from_slice(value);
+            }
+        }
+    }
 }
 
 /// Appends a response's field section: `:status`, `content-length`, and `content-type` when
 /// given.
-pub(super) fn put_response(
+pub fn put_response(
     status: u16,
     content_length: u64,
     content_type: Option<&str>,
@@ -348,6 +376,37 @@ mod tests {
                 ("content-type".into(), "application/octet-stream".into()),
             ]
         );
+    }
+
+    #[test]
+    fn any_section_decodes_to_what_was_encoded() {
+        let long = "v".repeat(300);
+        let fields: Vec<(&str, &str)> = vec![
+            (":method", "GET"),            // an exact entry
+            (":status", "500"),            // an exact entry in :status's second run
+            (":status", "299"),            // a literal with :status's name
+            (":path", "/a?b=c"),           // a literal with a name reference
+            ("x-custom-header", "1"),      // a literal name, over 7 bytes
+            ("x", ""),                     // a short literal name, an empty value
+            ("user-agent", long.as_str()), // a value over the 7-bit prefix
+        ];
+        let mut s = Vec::new();
+        put_section(
+            fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+            &mut s,
+        );
+        assert_eq!(s[2], 0xC0 | 17, ":method GET indexed");
+        assert_eq!(
+            &s[3..5],
+            &[0xFF, 71 - 63],
+            ":status 500 indexed, past the 6-bit prefix"
+        );
+        let got = decode(&s).unwrap();
+        let want: Vec<_> = fields
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(got, want);
     }
 
     /// RFC 7541 appendix C.4.1's Huffman-coded "www.example.com", as the value of a QPACK

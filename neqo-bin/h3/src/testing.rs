@@ -47,11 +47,17 @@ fn config_with(
 /// What a request got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Got {
+    /// The request's method.
     pub method: String,
+    /// The request's path.
     pub path: String,
+    /// The response's status.
     pub status: u16,
+    /// The response's `content-length`, as sent.
     pub content_length: Option<String>,
+    /// The response's `content-type`, as sent.
     pub content_type: Option<String>,
+    /// The response's body.
     pub body: Vec<u8>,
 }
 
@@ -176,6 +182,7 @@ pub struct Client {
     /// The body of each `POST`: this many pattern bytes.
     upload: u64,
     ch: Option<ConnectionHandle>,
+    /// The connection's HTTP/3.
     pub engine: Engine,
     /// Each request's answer, or its error.
     pub got: Rc<RefCell<Vec<Result<Got, String>>>>,
@@ -188,6 +195,7 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client that connects to `server` and makes `requests` (method, path).
     pub fn new(
         server: SocketAddr,
         config: quinn_proto::ClientConfig,

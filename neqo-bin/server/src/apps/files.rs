@@ -26,11 +26,9 @@ use super::service::{BoxError, RequestBody, ResponseBody, Service, ServiceFuture
 use crate::{
     ServerError,
     disk::Root,
-    http3::{
-        head::{Head, Method},
-        respond::{self, GENERATED, Got, Plan},
-    },
+    http3::respond::{self, GENERATED, Got, Plan},
 };
+use neqo_h3::head::{Method, RequestHead as Head};
 
 /// Files under a root, and generated `/N` bodies if asked for, as a [`Service`].
 #[derive(Debug, Clone)]

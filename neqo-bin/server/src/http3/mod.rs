@@ -17,10 +17,7 @@
 //! acknowledged or its drain period ends.
 
 mod control;
-mod frames;
-pub(crate) mod head;
 mod peer;
-mod qpack;
 mod request;
 pub(crate) mod respond;
 mod session;
@@ -45,7 +42,7 @@ use crate::{access_log::AccessLog, disk::Root, resets::Resets};
 pub const MAX_FIELD_SECTION: u64 = hq::MAX_REQUEST as u64;
 
 /// `H3_NO_ERROR`, the code a connection is closed with at shutdown.
-pub const NO_ERROR: u64 = frames::code::NO_ERROR;
+pub const NO_ERROR: u64 = neqo_h3::frame::code::NO_ERROR;
 
 /// What the HTTP/3 requests did, for the server's report (which also counts them in its
 /// totals: `requests`, `refused_requests`, `bytes_sent`).

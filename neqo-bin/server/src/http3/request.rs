@@ -6,12 +6,13 @@ use std::ops::ControlFlow;
 use neqo_protocols::body::{self, ReadEnd};
 use quinn_proto::{Connection, StreamId, VarInt};
 
-use super::{
-    MAX_FIELD_SECTION,
-    frames::{FRAME_LIMIT, FrameReader, Step, Take, Violation, code, kind},
-    head::{Head, Refused, valid_name, valid_value},
+use neqo_h3::{
+    frame::{FRAME_LIMIT, FrameReader, Step, Take, Violation, code, kind},
+    head::{self, Refused, RequestHead as Head},
     qpack::Decoder,
 };
+
+use super::MAX_FIELD_SECTION;
 
 /// Where a request's frames have got to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +175,7 @@ fn on_step(
             if *phase == Phase::Trailers {
                 return trailers(decoder, payload).map(|()| Take::Skip);
             }
-            match super::head::head(decoder, payload) {
+            match head::request(decoder, payload, MAX_FIELD_SECTION, |_, _| {}) {
                 Ok(h) => {
                     *head = Some(h);
                     arrived.head = true;
@@ -199,21 +200,13 @@ fn on_step(
 }
 
 /// Trailers: decoded (a section QPACK cannot decode is a connection error whatever it
-/// carries) and checked, then dropped.
+/// carries) and checked, then dropped; over the limit, dropped unread, as a frame over it is.
 fn trailers(decoder: &mut Decoder, section: &[u8]) -> Result<(), Violation> {
-    decoder
-        .fields(section, |name, value| {
-            if name.starts_with(b":") || !valid_name(name) || !valid_value(value) {
-                return Err(Refused::Malformed(
-                    "a pseudo-header or bad field in trailers",
-                ));
-            }
-            Ok(())
-        })
-        .map_err(|r| match r {
-            Refused::Undecodable(why) => {
-                Violation::Connection(code::QPACK_DECOMPRESSION_FAILED, why)
-            }
-            Refused::Malformed(_) | Refused::TooLarge => Violation::Stream(code::MESSAGE_ERROR),
-        })
+    match head::trailers(decoder, section, MAX_FIELD_SECTION, |_, _| {}) {
+        Ok(()) | Err(Refused::TooLarge) => Ok(()),
+        Err(Refused::Undecodable(why)) => {
+            Err(Violation::Connection(code::QPACK_DECOMPRESSION_FAILED, why))
+        }
+        Err(Refused::Malformed(_)) => Err(Violation::Stream(code::MESSAGE_ERROR)),
+    }
 }

@@ -6,19 +6,18 @@
 
 use std::{fs::File, path::Path};
 
+use crate::disk::{self, FileChunk, Root};
 use bytes::Bytes;
+use neqo_h3::{
+    frame::{kind, put_frame_header},
+    head::{Method, RequestHead as Head},
+    qpack,
+};
 use neqo_protocols::{
     body::Source,
     hq::{self, Target},
 };
 use quinn_proto::{ConnectionHandle, StreamId};
-
-use super::{
-    frames::{kind, put_frame_header},
-    head::{Head, Method},
-    qpack,
-};
-use crate::disk::{self, FileChunk, Root};
 
 /// The media type of a file, by its name's extension.
 fn content_type(path: &str) -> &'static str {
@@ -86,7 +85,7 @@ pub(crate) fn plan(head: &Head, root: Option<&Root>, generate: bool) -> Plan {
         Method::Get => false,
         Method::Head => true,
         Method::Post => return Plan::Upload,
-        Method::Other => return Plan::Status(405),
+        Method::Options | Method::Connect | Method::Other => return Plan::Status(405),
     };
     match hq::target(&head.path) {
         Err(_) => Plan::Status(400),

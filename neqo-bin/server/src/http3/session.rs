@@ -15,15 +15,18 @@ use std::{
 
 use bytes::Bytes;
 use neqo_driver::{IdMap, Jobs};
+use neqo_h3::{
+    control::goaway,
+    frame::{Violation, code},
+    qpack::Decoder,
+};
 use neqo_protocols::body;
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Side, StreamEvent, StreamId, VarInt};
 
 use super::{
     Http3Counters,
-    control::{Outgoing, goaway},
-    frames::{Violation, code},
+    control::Outgoing,
     peer::Peer,
-    qpack::Decoder,
     request::{Arrived, Incoming},
     respond::{self, FileDone, Got, Plan, Response},
 };

@@ -10,11 +10,9 @@ use quinn_proto::{Connection, StreamId};
 use super::{Session, Shared, varint};
 use crate::{
     access_log::Outcome,
-    http3::{
-        frames::{Violation, code},
-        respond::{self, Content, FileDone, GENERATED, Got, Plan, Response, sending},
-    },
+    http3::respond::{self, Content, FileDone, GENERATED, Got, Plan, Response, sending},
 };
+use neqo_h3::frame::{Violation, code};
 
 impl Session {
     /// Begins the response `plan` names.
