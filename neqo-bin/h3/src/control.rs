@@ -40,7 +40,7 @@ pub fn opening(max_field_section: u64) -> Vec<u8> {
     put_varint(MAX_FIELD_SECTION_SIZE, &mut settings);
     put_varint(max_field_section, &mut settings);
     let mut out = Vec::new();
-    put_varint(crate::uni::stream_type::CONTROL, &mut out);
+    put_varint(crate::frame::stream_type::CONTROL, &mut out);
     put_frame_header(kind::SETTINGS, settings.len() as u64, &mut out);
     out.extend_from_slice(&settings);
     out
@@ -381,7 +381,7 @@ mod tests {
     #[test]
     fn the_opening_announces_the_field_section_limit() {
         let o = opening(8192);
-        assert_eq!(o[0], crate::uni::stream_type::CONTROL as u8);
+        assert_eq!(o[0], crate::frame::stream_type::CONTROL as u8);
         assert_eq!(o[1], kind::SETTINGS as u8);
         let (id, n) = varint(&o[3..]).unwrap();
         assert_eq!(id, MAX_FIELD_SECTION_SIZE);

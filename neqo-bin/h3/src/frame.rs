@@ -62,6 +62,18 @@ pub mod code {
     pub const QPACK_DECODER_STREAM_ERROR: u64 = 0x202;
 }
 
+/// Unidirectional stream types (RFC 9114 section 6.2, RFC 9204 section 4.2).
+pub mod stream_type {
+    /// The control stream.
+    pub const CONTROL: u64 = 0x0;
+    /// A push stream, server to client.
+    pub const PUSH: u64 = 0x1;
+    /// QPACK's encoder stream.
+    pub const ENCODER: u64 = 0x2;
+    /// QPACK's decoder stream.
+    pub const DECODER: u64 = 0x3;
+}
+
 /// The largest frame an endpoint here buffers whole (any but DATA, which streams, and unknown
 /// types, which are skipped): a peer announcing more is refused at the frame's header, before
 /// any of it is read.

@@ -7,12 +7,18 @@
 //!   every byte, and one byte at a time: the same frames, the same body, the same heads and
 //!   the same verdict each way, and never more held than a frame header and the one frame
 //!   taken whole.
+//! - [`response_stream`]: the first byte says whether the request was `HEAD`, the rest is a
+//!   response stream read by the client's [`ResponseReader`], fed the same three ways: the
+//!   same parts (interim heads, head, trailers with their fields), the same body and the same
+//!   verdict each way (a body over its content-length is handed over up to it, wherever it
+//!   was cut); a body never past its content-length, and a whole one exactly it.
 //! - [`uni_streams`]: the bytes as a peer's unidirectional stream, read by a server and by a
 //!   client ([`PeerStreams`]), fed the same three ways: the same verdict each way.
 //! - [`qpack_section`]: the bytes as a field section: every prefix decodes to an error or to a
 //!   prefix of the whole's lines; what decodes re-encodes ([`put_section`]) to a section that
 //!   decodes to the same lines; a head the rules take, re-encoded from the lines they handed
-//!   on, is taken again as the same head.
+//!   on, is taken again as the same head; the request rules on the decoded lines
+//!   ([`head::request_lines`]) say what they say on the section.
 //!
 //! An input is read up to [`MAX_INPUT`] bytes: cutting at every byte costs its square.
 
@@ -21,6 +27,7 @@ use crate::{
     frame::{FrameReader, Step, Take, Violation, kind},
     head::{self, Refused},
     qpack::{Decoder, put_section},
+    response::{Part, ResponseReader, Sections},
     uni::{Fed, PeerStreams, UniStream},
 };
 
@@ -135,6 +142,97 @@ pub fn request_stream(data: &[u8]) {
     }
 }
 
+/// What the client's reading of a response saw, with the body's pieces joined.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Response {
+    /// Each section: its kind ('I'nterim, 'H'ead, 'T'railers), status and fields.
+    sections: Vec<(char, u16, Lines)>,
+    body: Vec<u8>,
+    content_length: Option<u64>,
+    verdict: Option<Result<(), Violation>>,
+    why: Option<&'static str>,
+}
+
+/// Reads `pieces` as a response stream to a `HEAD` request or not, then ends it.
+fn read_response(head_request: bool, pieces: &[&[u8]]) -> Response {
+    let mut reader = ResponseReader::new(head_request);
+    let mut decoder = Decoder::default();
+    let mut fields = Vec::new();
+    let mut sections = Sections {
+        decoder: &mut decoder,
+        limit: LIMIT,
+        fields: Some(&mut fields),
+    };
+    let mut seen = Response::default();
+    let mut fed = Ok(());
+    for piece in pieces {
+        fed = reader.feed(piece, &mut sections, &mut |part| match part {
+            Part::Interim { head, fields } => {
+                seen.sections.push(('I', head.status, fields.to_vec()))
+            }
+            Part::Head { head, fields } => {
+                seen.content_length = head.content_length;
+                seen.sections.push(('H', head.status, fields.to_vec()));
+            }
+            Part::Trailers { fields } => seen.sections.push(('T', 0, fields.to_vec())),
+            Part::Data(d) => seen.body.extend_from_slice(d),
+        });
+        assert!(
+            reader.held() <= 16 + LIMIT as usize,
+            "held {} bytes",
+            reader.held()
+        );
+        if fed.is_err() {
+            break;
+        }
+    }
+    let verdict = fed.and_then(|()| reader.end());
+    if let Some(n) = seen.content_length {
+        assert!(
+            seen.body.len() as u64 <= n,
+            "a body past its content-length"
+        );
+        if verdict.is_ok() && !head_request && !seen.body.is_empty() {
+            assert_eq!(
+                seen.body.len() as u64,
+                n,
+                "a whole body is its content-length"
+            );
+        }
+    }
+    if matches!(verdict, Err(Violation::Stream(_))) {
+        seen.why = Some(reader.why());
+    }
+    for (_, _, lines) in &seen.sections {
+        check_lines(lines);
+    }
+    seen.verdict = Some(verdict);
+    seen
+}
+
+/// See the [module](self).
+///
+/// # Panics
+/// Where the reading differs between ways of feeding it, holds too much, or takes a body
+/// that is not its content-length.
+pub fn response_stream(data: &[u8]) {
+    let data = &data[..data.len().min(MAX_INPUT)];
+    let Some((&flags, stream)) = data.split_first() else {
+        return;
+    };
+    let head_request = flags & 1 == 1;
+    let want = read_response(head_request, &[stream]);
+    for pieces in ways(stream) {
+        let got = read_response(head_request, &pieces);
+        assert_eq!(
+            got,
+            want,
+            "fed as {:?}",
+            pieces.iter().map(|p| p.len()).collect::<Vec<_>>()
+        );
+    }
+}
+
 /// Feeds `pieces` as one unidirectional stream to a reader of `role`, then ends it.
 fn read_uni(role: Role, pieces: &[&[u8]]) -> Result<Fed, Violation> {
     let mut peer = PeerStreams::new(role);
@@ -209,6 +307,19 @@ pub fn qpack_section(data: &[u8]) {
     let request = head::request(&mut Decoder::default(), data, LIMIT, |n, v| {
         handed.push((n.to_vec(), v.to_vec()));
     });
+    let as_lines = head::request_lines(
+        lines.iter().map(|(n, v)| (n.as_slice(), v.as_slice())),
+        LIMIT,
+    );
+    // The lines' head has no path: its caller has it.
+    let pathless = request.clone().map(|h| head::RequestHead {
+        path: String::new(),
+        ..h
+    });
+    assert_eq!(
+        as_lines, pathless,
+        "the rules on the lines and on the section"
+    );
     if let Ok(h) = request {
         check_lines(&handed);
         assert_eq!(handed, lines, "a request head taken hands on every line");
@@ -282,6 +393,48 @@ mod tests {
     #[test]
     fn the_request_stream_corpus_holds() {
         replay("h3_request_stream", super::request_stream);
+    }
+
+    /// The reading the response property compares sees interim heads, the head, the body and
+    /// trailers, and a body short of its content-length as a stream error.
+    #[test]
+    fn a_response_stream_is_read_as_its_parts() {
+        use crate::frame::{code, put_frame_header};
+        let section = |fields: &[(&[u8], &[u8])]| {
+            let mut s = Vec::new();
+            crate::qpack::put_section(fields.iter().copied(), &mut s);
+            let mut f = Vec::new();
+            put_frame_header(kind::HEADERS, s.len() as u64, &mut f);
+            f.extend(s);
+            f
+        };
+        let mut stream = section(&[(b":status", b"103")]);
+        stream.extend(section(&[(b":status", b"200"), (b"content-length", b"3")]));
+        put_frame_header(kind::DATA, 0, &mut stream);
+        put_frame_header(kind::DATA, 3, &mut stream);
+        stream.extend_from_slice(b"abc");
+        stream.extend(section(&[(b"x-t", b"1")]));
+        let seen = super::read_response(false, &[&stream]);
+        let kinds: Vec<(char, u16)> = seen.sections.iter().map(|s| (s.0, s.1)).collect();
+        assert_eq!(kinds, [('I', 103), ('H', 200), ('T', 0)]);
+        assert_eq!(seen.body, b"abc");
+        assert_eq!(seen.verdict, Some(Ok(())));
+        let mut input = vec![0];
+        input.extend(&stream);
+        super::response_stream(&input);
+        // Without the last DATA frame and the trailers.
+        let cut = &stream[..stream.len() - section(&[(b"x-t", b"1")]).len() - 5];
+        let seen = super::read_response(false, &[cut]);
+        assert_eq!(
+            seen.verdict,
+            Some(Err(Violation::Stream(code::MESSAGE_ERROR)))
+        );
+        assert_eq!(seen.why, Some("a body shorter than its content-length"));
+    }
+
+    #[test]
+    fn the_response_stream_corpus_holds() {
+        replay("h3_response_stream", super::response_stream);
     }
 
     #[test]

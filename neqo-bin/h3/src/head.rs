@@ -238,32 +238,83 @@ fn has_userinfo(authority: &[u8]) -> bool {
     authority.contains(&b'@')
 }
 
-/// Decodes and checks a request's head, within a `SETTINGS_MAX_FIELD_SECTION_SIZE` of
-/// `limit`; each line taken goes to `line`.
-///
-/// # Errors
-/// Why it was not taken.
-pub fn request(
-    decoder: &mut Decoder,
-    section: &[u8],
-    limit: u64,
-    mut line: impl FnMut(&[u8], &[u8]),
-) -> Result<RequestHead, Refused> {
-    const TWICE: Refused = Refused::Malformed("a pseudo-header twice");
-    let mut lines = Lines::new(Section::Request, limit);
+/// An authority kept to compare with a later `host` field: inline up to 64 bytes, so that a
+/// head with an ordinary one costs no allocation.
+#[derive(Debug)]
+enum Kept {
+    Inline { bytes: [u8; 64], len: u8 },
+    Heap(Vec<u8>),
+}
+
+impl Kept {
+    fn new(v: &[u8]) -> Self {
+        let mut bytes = [0; 64];
+        match (bytes.get_mut(..v.len()), u8::try_from(v.len())) {
+            (Some(to), Ok(len)) => {
+                to.copy_from_slice(v);
+                Self::Inline { bytes, len }
+            }
+            _ => Self::Heap(v.to_vec()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Self::Inline { bytes, len } => &bytes[..usize::from(*len)],
+            Self::Heap(v) => v,
+        }
+    }
+}
+
+/// A request's `:path`, as the rules need it.
+#[derive(Debug)]
+struct Path {
+    /// The path itself, when kept ([`RequestHead::path`]).
+    kept: String,
+    absolute: bool,
+    asterisk: bool,
+}
+
+/// A request head's rules, line by line: what [`request`] decodes a section into and what
+/// [`request_lines`] takes as it is, one copy of them.
+struct RequestRules {
+    lines: Lines,
+    /// Whether the path is kept for the head (a server's), or only checked (a client's own).
+    keep_path: bool,
     // The pseudo-headers as read: the method, whether the scheme is one that needs an
     // authority, the path, and the authority (kept only to compare with `host`).
-    let (mut method, mut scheme, mut path, mut authority) = (
-        None::<Method>,
-        None::<bool>,
-        None::<String>,
-        None::<Vec<u8>>,
-    );
-    decoder.fields(section, |name, value| {
-        let Some(pseudo) = lines.check(name, value)? else {
-            line(name, value);
+    method: Option<Method>,
+    scheme: Option<bool>,
+    path: Option<Path>,
+    authority: Option<Kept>,
+}
+
+impl RequestRules {
+    const fn new(limit: u64, keep_path: bool) -> Self {
+        Self {
+            lines: Lines::new(Section::Request, limit),
+            keep_path,
+            method: None,
+            scheme: None,
+            path: None,
+            authority: None,
+        }
+    }
+
+    /// Takes one line.
+    fn take(&mut self, name: &[u8], value: &[u8]) -> Result<(), Refused> {
+        const TWICE: Refused = Refused::Malformed("a pseudo-header twice");
+        let Some(pseudo) = self.lines.check(name, value)? else {
             return Ok(());
         };
+        let Self {
+            method,
+            scheme,
+            path,
+            authority,
+            keep_path,
+            ..
+        } = self;
         let twice = match pseudo {
             b"method" => {
                 let m = match value {
@@ -287,64 +338,124 @@ pub fn request(
                     .ok_or(Refused::Malformed(
                         "an empty :path, or one that is no UTF-8",
                     ))?;
-                path.replace(p.to_owned()).is_some()
+                let seen = Path {
+                    kept: if *keep_path {
+                        p.to_owned()
+                    } else {
+                        String::new()
+                    },
+                    absolute: p.starts_with('/'),
+                    asterisk: p == "*",
+                };
+                path.replace(seen).is_some()
             }
-            b"authority" => authority.replace(value.to_vec()).is_some(),
+            b"authority" => authority.replace(Kept::new(value)).is_some(),
             _ => return Err(Refused::Malformed("a pseudo-header requests do not have")),
         };
         if twice {
             return Err(TWICE);
         }
-        line(name, value);
         Ok(())
-    })?;
-    let Some(method) = method else {
-        return Err(Refused::Malformed("no :method"));
-    };
-    if let (Some(a), Some(h)) = (&authority, &lines.host)
-        && a != h
-    {
-        return Err(Refused::Malformed(":authority and host differ"));
     }
-    let authority = authority.or(lines.host);
-    if authority.as_deref().is_some_and(has_userinfo) {
-        return Err(Refused::Malformed("an authority with user information"));
-    }
-    if method == Method::Connect {
-        // Section 4.4: no :scheme or :path, and an authority.
-        if scheme.is_some() || path.is_some() {
-            return Err(Refused::Malformed("a CONNECT with a :scheme or a :path"));
-        }
-        if authority.is_none_or(|a| a.is_empty()) {
-            return Err(Refused::Malformed("a CONNECT without an authority"));
-        }
-        return Ok(RequestHead {
+
+    /// The head, once every line is taken.
+    fn finish(self) -> Result<RequestHead, Refused> {
+        let Self {
+            lines,
             method,
-            path: String::new(),
+            scheme,
+            path,
+            authority,
+            ..
+        } = self;
+        let Some(method) = method else {
+            return Err(Refused::Malformed("no :method"));
+        };
+        if let (Some(a), Some(h)) = (&authority, &lines.host)
+            && a.as_slice() != h.as_slice()
+        {
+            return Err(Refused::Malformed(":authority and host differ"));
+        }
+        let authority = authority
+            .as_ref()
+            .map(Kept::as_slice)
+            .or(lines.host.as_deref());
+        if authority.is_some_and(has_userinfo) {
+            return Err(Refused::Malformed("an authority with user information"));
+        }
+        if method == Method::Connect {
+            // Section 4.4: no :scheme or :path, and an authority.
+            if scheme.is_some() || path.is_some() {
+                return Err(Refused::Malformed("a CONNECT with a :scheme or a :path"));
+            }
+            if authority.is_none_or(|a| a.is_empty()) {
+                return Err(Refused::Malformed("a CONNECT without an authority"));
+            }
+            return Ok(RequestHead {
+                method,
+                path: String::new(),
+                content_length: lines.content_length,
+            });
+        }
+        let (Some(http), Some(path)) = (scheme, path) else {
+            return Err(Refused::Malformed("no :scheme or no :path"));
+        };
+        if http {
+            // Section 4.3.1: an authority that is not empty, and an origin-form path (or the
+            // asterisk-form, for OPTIONS).
+            if authority.is_none_or(|a| a.is_empty()) {
+                return Err(Refused::Malformed(
+                    "no :authority and no host, or an empty one",
+                ));
+            }
+            let asterisk = path.asterisk && method == Method::Options;
+            if !path.absolute && !asterisk {
+                return Err(Refused::Malformed("a :path that is not absolute"));
+            }
+        }
+        Ok(RequestHead {
+            method,
+            path: path.kept,
             content_length: lines.content_length,
-        });
+        })
     }
-    let (Some(http), Some(path)) = (scheme, path) else {
-        return Err(Refused::Malformed("no :scheme or no :path"));
-    };
-    if http {
-        // Section 4.3.1: an authority that is not empty, and an origin-form path (or the
-        // asterisk-form, for OPTIONS).
-        if authority.is_none_or(|a| a.is_empty()) {
-            return Err(Refused::Malformed(
-                "no :authority and no host, or an empty one",
-            ));
-        }
-        let asterisk = path == "*" && method == Method::Options;
-        if !path.starts_with('/') && !asterisk {
-            return Err(Refused::Malformed("a :path that is not absolute"));
-        }
+}
+
+/// Decodes and checks a request's head, within a `SETTINGS_MAX_FIELD_SECTION_SIZE` of
+/// `limit`; each line taken goes to `line`.
+///
+/// # Errors
+/// Why it was not taken.
+pub fn request(
+    decoder: &mut Decoder,
+    section: &[u8],
+    limit: u64,
+    mut line: impl FnMut(&[u8], &[u8]),
+) -> Result<RequestHead, Refused> {
+    let mut rules = RequestRules::new(limit, true);
+    decoder.fields(section, |name, value| {
+        rules.take(name, value)?;
+        line(name, value);
+        Ok::<_, Refused>(())
+    })?;
+    rules.finish()
+}
+
+/// Checks a request's head given as its lines, by the rules [`request`] holds a decoded one to
+/// (a client checks its own before sending it), within a limit of `limit`. The head it returns
+/// has no path: the caller has it.
+///
+/// # Errors
+/// Why it would not be taken.
+pub fn request_lines<'a>(
+    lines: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    limit: u64,
+) -> Result<RequestHead, Refused> {
+    let mut rules = RequestRules::new(limit, false);
+    for (name, value) in lines {
+        rules.take(name, value)?;
     }
-    Ok(RequestHead {
-        method,
-        path,
-        content_length: lines.content_length,
-    })
+    rules.finish()
 }
 
 /// Decodes and checks a response's head (interim or final), within a

@@ -275,19 +275,84 @@ fn put_field(name: usize, value: &str, out: &mut Vec<u8>) {
     put_named(name, value.as_bytes(), out);
 }
 
-/// [`put_field`] for any value: `name` is the first entry with that name (later ones with it
-/// need not follow it: `:status` has two runs).
+/// The static entries with `name` (RFC 9204 appendix A), in order: a match, which the
+/// compiler turns into a length switch and a few comparisons, rather than a scan of the
+/// table for each line encoded.
+const fn entries_named(name: &[u8]) -> &'static [u8] {
+    match name {
+        b":authority" => &[0],
+        b":path" => &[1],
+        b"age" => &[2],
+        b"content-disposition" => &[3],
+        b"content-length" => &[4],
+        b"cookie" => &[5],
+        b"date" => &[6],
+        b"etag" => &[7],
+        b"if-modified-since" => &[8],
+        b"if-none-match" => &[9],
+        b"last-modified" => &[10],
+        b"link" => &[11],
+        b"location" => &[12],
+        b"referer" => &[13],
+        b"set-cookie" => &[14],
+        b":method" => &[15, 16, 17, 18, 19, 20, 21],
+        b":scheme" => &[22, 23],
+        b":status" => &[24, 25, 26, 27, 28, 63, 64, 65, 66, 67, 68, 69, 70, 71],
+        b"accept" => &[29, 30],
+        b"accept-encoding" => &[31],
+        b"accept-ranges" => &[32],
+        b"access-control-allow-headers" => &[33, 34, 75],
+        b"access-control-allow-origin" => &[35],
+        b"cache-control" => &[36, 37, 38, 39, 40, 41],
+        b"content-encoding" => &[42, 43],
+        b"content-type" => &[44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54],
+        b"range" => &[55],
+        b"strict-transport-security" => &[56, 57, 58],
+        b"vary" => &[59, 60],
+        b"x-content-type-options" => &[61],
+        b"x-xss-protection" => &[62],
+        b"accept-language" => &[72],
+        b"access-control-allow-credentials" => &[73, 74],
+        b"access-control-allow-methods" => &[76, 77, 78],
+        b"access-control-expose-headers" => &[79],
+        b"access-control-request-headers" => &[80],
+        b"access-control-request-method" => &[81, 82],
+        b"alt-svc" => &[83],
+        b"authorization" => &[84],
+        b"content-security-policy" => &[85],
+        b"early-data" => &[86],
+        b"expect-ct" => &[87],
+        b"forwarded" => &[88],
+        b"if-range" => &[89],
+        b"origin" => &[90],
+        b"purpose" => &[91],
+        b"server" => &[92],
+        b"timing-allow-origin" => &[93],
+        b"upgrade-insecure-requests" => &[94],
+        b"user-agent" => &[95],
+        b"x-forwarded-for" => &[96],
+        b"x-frame-options" => &[97, 98],
+        _ => &[],
+    }
+}
+
+/// [`put_field`] for any value: `name` is the first entry with that name.
 fn put_named(name: usize, value: &[u8], out: &mut Vec<u8>) {
-    let wanted = STATIC[name].0;
-    let exact = STATIC[name..]
+    put_line(entries_named(STATIC[name].0.as_bytes()), value, out);
+}
+
+/// Appends a field line for a name the static table holds at `entries` (not empty): the entry
+/// that holds `value` too, else a literal with the first entry's name.
+fn put_line(entries: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    let exact = entries
         .iter()
-        .position(|(n, v)| *n == wanted && v.as_bytes() == value);
-    if let Some(i) = exact {
-        put_int(0xC0, 6, (name + i) as u64, out);
+        .find(|&&i| STATIC[usize::from(i)].1.as_bytes() == value);
+    if let Some(&i) = exact {
+        put_int(0xC0, 6, u64::from(i), out);
         return;
     }
     // Literal field line with name reference: N clear, T set (static).
-    put_int(0x50, 4, name as u64, out);
+    put_int(0x50, 4, u64::from(entries[0]), out);
     put_int(0x00, 7, value.len() as u64, out);
     out.extend_from_slice(value);
 }
@@ -300,16 +365,15 @@ pub fn put_section<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, o
     // Required Insert Count 0, Base 0.
     out.extend_from_slice(&[0, 0]);
     for (name, value) in fields {
-        let named = STATIC.iter().position(|(n, _)| n.as_bytes() == name);
-        match named {
-            Some(first) => put_named(first, value, out),
-            None => {
+        match entries_named(name) {
+            [] => {
                 // Literal field line with literal name: N clear, not Huffman-coded.
                 put_int(0x20, 3, name.len() as u64, out);
                 out.extend_from_slice(name);
                 put_int(0x00, 7, value.len() as u64, out);
                 out.extend_from_slice(value);
             }
+            entries => put_line(entries, value, out),
         }
     }
 }
@@ -346,6 +410,24 @@ mod tests {
             Ok::<_, Undecodable>(())
         })?;
         Ok(out)
+    }
+
+    /// The name index the encoder uses is the static table's, entry for entry.
+    #[test]
+    fn entries_by_name_are_the_static_tables() {
+        for (i, (name, _)) in STATIC.iter().enumerate() {
+            let entries = entries_named(name.as_bytes());
+            assert!(entries.contains(&u8::try_from(i).unwrap()), "{name}");
+            let all: Vec<u8> = (0..99u8)
+                .filter(|&j| STATIC[usize::from(j)].0 == *name)
+                .collect();
+            assert_eq!(entries, all.as_slice(), "{name}");
+        }
+        assert!(entries_named(b"x-not-there").is_empty());
+        assert!(
+            entries_named(b"Content-Length").is_empty(),
+            "names are lower case"
+        );
     }
 
     #[test]

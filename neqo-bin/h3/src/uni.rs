@@ -7,20 +7,8 @@
 
 use crate::{
     control::{CRITICAL_CLOSED, PeerControl, Role},
-    frame::{FrameReader, Violation, code, varint},
+    frame::{FrameReader, Violation, code, stream_type, varint},
 };
-
-/// Unidirectional stream types (RFC 9114 section 6.2, RFC 9204 section 4.2).
-pub mod stream_type {
-    /// The control stream.
-    pub const CONTROL: u64 = 0x0;
-    /// A push stream, server to client.
-    pub const PUSH: u64 = 0x1;
-    /// QPACK's encoder stream.
-    pub const ENCODER: u64 = 0x2;
-    /// QPACK's decoder stream.
-    pub const DECODER: u64 = 0x3;
-}
 
 /// The only encoder instruction a table of capacity 0 allows: Set Dynamic Table Capacity 0
 /// (RFC 9204 section 4.3.1).

@@ -14,9 +14,7 @@ use neqo_driver::{Application, Driver, IdMap, tls::counters::CountingClient};
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent};
 
 use super::{
-    ClientConfig, ClientReport,
-    http3::{self, Http3},
-    load,
+    ClientConfig, ClientReport, load,
     progress::Progress,
     report,
     requests::{Open, Shared},
@@ -33,8 +31,6 @@ pub(super) struct ClientApp {
     /// Connections that ended while responses, all arrived, were still being saved: kept
     /// apart (a new connection may get the same handle) until their writes are done.
     saving: Vec<Open>,
-    /// With `--alpn h3`: the connections, which `open` then does not hold.
-    h3: Option<Http3>,
     /// Connections opened so far.
     started: usize,
     first_connect: Option<Instant>,
@@ -54,28 +50,17 @@ impl ClientApp {
         crypto: Arc<quinn_proto::crypto::rustls::QuicClientConfig>,
         sockets: usize,
         perf: bool,
+        authority: Option<String>,
         requests: Vec<String>,
         config: ClientConfig,
         progress: Option<Progress>,
     ) -> Self {
-        let h3 = (config.alpn == neqo_protocols::ALPN_H3).then(|| {
-            Http3::new(
-                requests.clone(),
-                config.parallel,
-                format!("{server_name}:{}", remote.port()),
-                config.save.clone(),
-                config.upload,
-                config.cancel_after,
-                Instant::now(),
-            )
-        });
         Self {
             remote,
             server_name,
             crypto,
             sockets: sockets.max(1),
-            h3,
-            shared: Shared::new(perf, requests, config),
+            shared: Shared::new(perf, authority, requests, config),
             open: IdMap::default(),
             saving: Vec::new(),
             started: 0,
@@ -121,8 +106,7 @@ impl ClientApp {
             .values()
             .chain(&self.saving)
             .map(Open::outstanding)
-            .sum::<usize>()
-            + self.h3.as_ref().map_or(0, Http3::outstanding);
+            .sum::<usize>();
         let not_started = self.unopened();
         let s = &mut self.shared;
         s.report.failed_requests += (outstanding + not_started) as u64;
@@ -133,12 +117,11 @@ impl ClientApp {
         self.failed = true;
         self.open.clear();
         self.saving.clear();
-        self.h3 = None;
     }
 
     /// Connections open, of either kind.
     fn open_count(&self) -> usize {
-        self.open.len() + self.saving.len() + self.h3.as_ref().map_or(0, Http3::len)
+        self.open.len() + self.saving.len()
     }
 
     /// Requests of the connections not yet opened.
@@ -189,21 +172,10 @@ impl ClientApp {
         match driver.connect(path, cc, self.remote, &self.server_name, now) {
             Ok(ch) => {
                 self.first_connect.get_or_insert(now);
-                let open_now = self.open.len() + self.h3.as_ref().map_or(0, Http3::len);
+                let open_now = self.open.len();
                 s.report.peak_concurrency = s.report.peak_concurrency.max(open_now + 1);
-                if let Some(h3) = &mut self.h3 {
-                    let key_update = s.config.key_update;
-                    driver.update(ch, |conn| h3.connected(ch, conn, key_update, now));
-                    return;
-                }
                 let mut open = Open::new(s, now);
-                // A session ticket that allows 0-RTT: the requests go out in it, before the
-                // handshake completes (and again after it, should the server refuse them).
-                driver.update(ch, |conn| {
-                    if conn.has_0rtt() {
-                        open.open_streams(s, conn, now);
-                    }
-                });
+                driver.update(ch, |conn| open.started(s, conn, now));
                 self.open.insert(ch, open);
             }
             Err(e) => {
@@ -223,40 +195,6 @@ impl ClientApp {
 
 impl Application for ClientApp {
     fn event(&mut self, ch: ConnectionHandle, conn: &mut Connection, event: Event, now: Instant) {
-        if let Some(h3) = &mut self.h3
-            && h3.serves(ch)
-        {
-            let s = &mut self.shared;
-            if let Event::ConnectionLost { reason } = &event {
-                let msg = report::connection_error(
-                    self.remote,
-                    &s.config.alpn,
-                    s.config.transport.idle_timeout,
-                    reason,
-                );
-                s.report.lost_packets += conn.stats().path.lost_packets;
-                let (outstanding, in_flight) = h3.lost(ch);
-                if http3::closed_gracefully(reason) {
-                    // A server that closes with H3_NO_ERROR has answered what it took (RFC
-                    // 9114 section 5.2): the requests not sent were not processed; one sent
-                    // and unanswered did not get its answer.
-                    s.report.rejected_requests += (outstanding - in_flight) as u64;
-                    s.report.failed_requests += in_flight as u64;
-                    if in_flight > 0 {
-                        s.fail(msg);
-                    }
-                } else {
-                    s.report.failed_requests += outstanding as u64;
-                    s.fail(msg);
-                }
-                self.failed = true;
-                return;
-            }
-            if let Some(handshake) = h3.event(ch, conn, &event, now) {
-                s.handshakes.record(handshake);
-            }
-            return;
-        }
         let Some(open) = self.open.get_mut(&ch) else {
             return;
         };
@@ -266,10 +204,15 @@ impl Application for ClientApp {
                 s.handshakes
                     .record(now.saturating_duration_since(open.opened));
                 if conn.has_0rtt() && !conn.accepted_0rtt() {
-                    open.zero_rtt_rejected(s);
+                    open.zero_rtt_rejected(s, conn, now);
                 }
-                open.open_streams(s, conn, now);
+                if open.is_h3() {
+                    open.h3_event(s, ch, conn, &event, now);
+                } else {
+                    open.open_streams(s, conn, now);
+                }
             }
+            Event::Stream(_) if open.is_h3() => open.h3_event(s, ch, conn, &event, now),
             Event::Stream(StreamEvent::Available { dir: Dir::Bi }) => {
                 open.open_streams(s, conn, now);
             }
@@ -297,7 +240,7 @@ impl Application for ClientApp {
                     &reason,
                 );
                 s.report.lost_packets += conn.stats().path.lost_packets;
-                let (failed, saving) = open.lost();
+                let (failed, saving) = open.lost(s, closed_gracefully(&reason));
                 if failed > 0 {
                     s.report.failed_requests += failed as u64;
                     s.fail(msg);
@@ -331,56 +274,30 @@ impl Application for ClientApp {
                 self.forget_if_closed(ch);
             }
         }
-        let mut h3_pending = false;
-        if let Some(h3) = &mut self.h3 {
-            let s = &mut self.shared;
-            let mut finished = Vec::new();
-            h3_pending = h3.poll(driver, now, &mut finished);
-            for (gbps, lost) in finished {
-                s.report.connections += 1;
-                s.report.lost_packets += lost;
-                s.connection_gbps.extend(gbps);
-            }
-            let r = h3.take();
-            s.report.requests += r.requests;
-            s.report.failed_requests += r.failed;
-            s.report.bytes_received += r.bytes;
-            s.report.bytes_sent += r.sent;
-            s.report.rejected_requests += r.rejected;
-            s.report.cancelled_requests += r.cancelled;
-            for l in r.latencies {
-                s.latencies.record(l);
-            }
-            for e in r.errors {
-                s.fail(e);
-            }
-            if r.last_fin.is_some() {
-                s.last_fin = r.last_fin;
-            }
-        }
         let next_connect = self.connect(driver, now);
         let bytes = self.shared.report.bytes_received;
         let next_progress = self
             .progress
             .as_mut()
             .map(|p| p.update(bytes, self.first_connect, now));
-        let next = match (next_connect, next_progress) {
+        match (next_connect, next_progress) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        };
-        if h3_pending { Some(now) } else { next }
+        }
     }
 
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let Some(h3) = &self.h3
-            && h3.poll_wake(cx).is_ready()
-        {
-            return Poll::Ready(());
-        }
         self.shared.writes.poll_ready(cx)
     }
 
     fn done(&self) -> bool {
         self.open_count() == 0 && (self.failed || self.started >= self.shared.config.connections)
     }
+}
+
+/// Whether the server closed the connection with `H3_NO_ERROR`, as after its GOAWAY once
+/// it has answered what it took.
+fn closed_gracefully(reason: &quinn_proto::ConnectionError) -> bool {
+    matches!(reason, quinn_proto::ConnectionError::ApplicationClosed(c)
+        if c.error_code.into_inner() == neqo_h3::frame::code::NO_ERROR)
 }

@@ -3,8 +3,8 @@
 //! - [`run`], [`run_report`], [`run_async`]: a client run to completion.
 //! - `app`: the [`Application`](neqo_driver::Application): connections opened at the
 //!   concurrency and rate asked for, their events routed, the report added up.
-//! - `requests`: one connection's requests, made, read, verified and saved.
-//! - `http3`: the HTTP/3 connections (`h3`), their requests as tasks.
+//! - `requests`: one connection's requests, made, read, verified and saved (HTTP/3's through
+//!   neqo-h3's `ClientSession`).
 //! - `keys`: the early key update (`--key-update`).
 //! - `output`: `--output-dir` bodies, written off the driver thread ([`neqo_driver::Jobs`]).
 //! - `load`: the load report's latency percentiles and throughput spread; `progress`: the
@@ -12,7 +12,6 @@
 //! - [`ClientReport`]: what it did.
 
 mod app;
-mod http3;
 mod keys;
 mod load;
 mod output;
@@ -277,12 +276,27 @@ pub async fn run_until(
     }
     let mut driver = Driver::client(sockets, config.driver);
     let perf = config.alpn == ALPN_PERF;
+    let h3 = config.alpn == ALPN_H3;
     let mut requests = Vec::new();
     for u in &config.urls {
+        // HTTP/3 asks for the path with its query; the others' requests name a file.
+        let path = if h3 {
+            &u[url::Position::BeforePath..url::Position::AfterQuery]
+        } else {
+            u.path()
+        };
         for _ in 0..config.requests {
-            requests.push(u.path().to_owned());
+            requests.push(path.to_owned());
         }
     }
+    // The URL's host as it is written (an IPv6 literal in brackets) and its port.
+    let authority = h3.then(|| {
+        format!(
+            "{}:{}",
+            first.host_str().unwrap_or_default(),
+            first.port().unwrap_or(443)
+        )
+    });
     let expected_total = if perf {
         Some(config.download * requests.len() as u64 * config.connections as u64)
     } else {
@@ -303,6 +317,7 @@ pub async fn run_until(
         crypto,
         config.sockets,
         perf,
+        authority,
         requests,
         config,
         progress,

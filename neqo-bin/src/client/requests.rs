@@ -2,6 +2,12 @@
 //! request bodies pumped, responses read no faster than their output can take, verified
 //! against the pattern and saved off the driver thread; each request's latency and each
 //! connection's throughput go into what all connections share ([`Shared`]).
+//!
+//! `hq-interop` and `perf` read and write the streams themselves; HTTP/3 goes through the
+//! connection's [`ClientSession`], which frames requests, holds responses to the rules
+//! (content-length, interim heads, empty DATA frames) and hands over body bytes as the other
+//! two read theirs. A request HTTP/3 says the server never processed (rejected, or past its
+//! GOAWAY) is counted apart from a failed one: safe to retry.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -11,12 +17,13 @@ use std::{
 
 use bytes::Bytes;
 use neqo_driver::{IdMap, Jobs};
+use neqo_h3::client::{self as h3, Body, ClientEvent, ClientSession, Failure, NotSent, Part, Read};
 use neqo_protocols::{
     body::{self, Pumped, ReadEnd, Source},
     hq::{self, Target},
     pattern, perf,
 };
-use quinn_proto::{Connection, ConnectionHandle, Dir, StreamId};
+use quinn_proto::{Connection, ConnectionHandle, Dir, Event, StreamEvent, StreamId};
 
 use super::{
     ClientConfig, ClientReport, Save,
@@ -43,21 +50,59 @@ struct Request {
     fin: bool,
     output: Option<Output>,
     source: Option<Source>,
+    /// HTTP/3: the final status, once its head came.
+    status: Option<u16>,
+    /// HTTP/3 `POST`: the start of the answer, which must be the count of bytes sent.
+    answer: Vec<u8>,
+}
+
+/// How a request ended.
+pub(super) enum Ending {
+    /// Whole and verified.
+    Done,
+    Failed(String),
+    /// Never processed, the server said: safe to retry.
+    Rejected,
+    /// Given up on by `--cancel-after`.
+    Cancelled,
 }
 
 impl Request {
-    /// It is over at `now`, failed with `error` or not: counted, its latency recorded if it
+    /// It is over at `now`, as `ending` says: counted, its latency recorded if it
     /// succeeded.
-    fn ended(self, s: &mut Shared, now: Instant, error: Option<String>) {
-        s.last_fin = Some(now);
-        if let Some(e) = error {
-            s.report.failed_requests += 1;
-            s.fail(e);
-        } else {
-            s.report.requests += 1;
-            s.latencies
-                .record(now.saturating_duration_since(self.opened));
+    fn ended(self, s: &mut Shared, now: Instant, ending: Ending) {
+        match ending {
+            Ending::Done => {
+                s.last_fin = Some(now);
+                s.report.requests += 1;
+                s.latencies
+                    .record(now.saturating_duration_since(self.opened));
+            }
+            Ending::Failed(e) => {
+                s.last_fin = Some(now);
+                s.report.failed_requests += 1;
+                s.fail(e);
+            }
+            Ending::Rejected => s.report.rejected_requests += 1,
+            Ending::Cancelled => s.report.cancelled_requests += 1,
         }
+    }
+
+    /// What is wrong with the whole response, if anything.
+    fn verdict(&self, upload: u64) -> Ending {
+        if let Some(n) = self.expected
+            && let Some(e) = report::body_error(&self.path, n, self.received, self.pattern_ok)
+        {
+            return Ending::Failed(e);
+        }
+        if self.status.is_some() && upload > 0 && self.answer != upload.to_string().as_bytes() {
+            return Ending::Failed(format!(
+                "{}: the server counted {:?} of the {upload} bytes posted",
+                self.path,
+                String::from_utf8_lossy(&self.answer)
+            ));
+        }
+        Ending::Done
     }
 
     /// Starts the next write of its output if one is due; returns whether it did.
@@ -77,6 +122,8 @@ impl Request {
 /// What all connections share: what to ask, where to save, what was seen.
 pub(super) struct Shared {
     perf: bool,
+    /// HTTP/3's `:authority`: the URL's host (an IPv6 literal in brackets) and port.
+    authority: Option<String>,
     pub(super) requests: Vec<String>,
     pub(super) config: ClientConfig,
     pub(super) report: ClientReport,
@@ -93,9 +140,15 @@ pub(super) struct Shared {
 
 impl Shared {
     /// Nothing asked yet: `requests` (paths) on every connection, `perf` or `hq-interop`.
-    pub(super) fn new(perf: bool, requests: Vec<String>, config: ClientConfig) -> Self {
+    pub(super) fn new(
+        perf: bool,
+        authority: Option<String>,
+        requests: Vec<String>,
+        config: ClientConfig,
+    ) -> Self {
         Self {
             perf,
+            authority,
             requests,
             config,
             report: ClientReport::default(),
@@ -129,6 +182,12 @@ pub(super) struct Open {
     /// those finish without it ([`write_done_lost`](Self::write_done_lost)).
     lost: bool,
     pub(super) key_update: KeyUpdate,
+    /// HTTP/3 (`h3`): the connection's session.
+    h3: Option<ClientSession>,
+    /// HTTP/3: request body bytes the session had sent when last looked.
+    h3_sent: u64,
+    /// HTTP/3: the server sent GOAWAY; no request opens any more.
+    going_away: bool,
 }
 
 impl Open {
@@ -142,6 +201,29 @@ impl Open {
             closed: false,
             lost: false,
             key_update: KeyUpdate::new(s.config.key_update),
+            h3: s
+                .authority
+                .is_some()
+                .then(|| ClientSession::new(h3::Config::default())),
+            h3_sent: 0,
+            going_away: false,
+        }
+    }
+
+    /// Whether it speaks HTTP/3.
+    pub(super) const fn is_h3(&self) -> bool {
+        self.h3.is_some()
+    }
+
+    /// The connection was just opened: HTTP/3's control stream, and with a session ticket
+    /// that allows 0-RTT the requests, before the handshake completes (and again after it,
+    /// should the server refuse them).
+    pub(super) fn started(&mut self, s: &mut Shared, conn: &mut Connection, now: Instant) {
+        if let Some(h3) = &mut self.h3 {
+            h3.start(conn, now);
+        }
+        if conn.has_0rtt() {
+            self.open_streams(s, conn, now);
         }
     }
 
@@ -160,13 +242,21 @@ impl Open {
     /// The server refused our 0-RTT: quinn-proto dropped the streams opened in it, so their
     /// requests (none can have completed, no response comes before the handshake) are made
     /// again.
-    pub(super) fn zero_rtt_rejected(&mut self, s: &mut Shared) {
+    pub(super) fn zero_rtt_rejected(
+        &mut self,
+        s: &mut Shared,
+        conn: &mut Connection,
+        now: Instant,
+    ) {
         for (_, req) in self.streams.drain() {
             if let Some(out) = &req.output {
                 s.saved.remove(out.sink());
             }
         }
         self.queue = (0..s.requests.len()).collect();
+        if let Some(h3) = &mut self.h3 {
+            h3.zero_rtt_rejected(conn, now);
+        }
     }
 
     pub(super) fn open_streams(&mut self, s: &mut Shared, conn: &mut Connection, now: Instant) {
@@ -174,32 +264,60 @@ impl Open {
         while self.streams.len() < limit
             && let Some(&r) = self.queue.front()
         {
-            let Some(id) = conn.streams().open(Dir::Bi) else {
-                if self.streams.is_empty() {
-                    // Out of stream credit with every request answered: the server frees its
-                    // streams (and grants new ones) when our ACK of the responses arrives,
-                    // which quinn-proto may hold back for max_ack_delay (25 ms) per window of
-                    // requests. A PING sends that ACK now.
-                    conn.ping();
+            let path = s.requests[r].clone();
+            let opened = match &mut self.h3 {
+                Some(_) if self.going_away => {
+                    // Not sent: refused as surely as if the server had said so.
+                    s.report.rejected_requests += self.queue.len() as u64;
+                    self.queue.clear();
+                    break;
                 }
-                break;
+                Some(h3) => h3_request(h3, s, conn, &path),
+                None => conn.streams().open(Dir::Bi).ok_or(NotSent::NoStream),
+            };
+            let id = match opened {
+                Ok(id) => id,
+                Err(NotSent::NoStream) => {
+                    if self.streams.is_empty() {
+                        // Out of stream credit with every request answered: the server frees
+                        // its streams (and grants new ones) when our ACK of the responses
+                        // arrives, which quinn-proto may hold back for max_ack_delay (25 ms)
+                        // per window of requests. A PING sends that ACK now.
+                        conn.ping();
+                    }
+                    break;
+                }
+                Err(NotSent::GoingAway) => {
+                    self.going_away = true;
+                    continue;
+                }
+                Err(e) => {
+                    self.queue.pop_front();
+                    s.report.failed_requests += 1;
+                    s.fail(format!("{path}: {e}"));
+                    continue;
+                }
             };
             self.queue.pop_front();
-            let path = s.requests[r].clone();
-            let (source, expected) = if s.perf {
+            let generated = match hq::target(&path) {
+                Ok(Target::Generated(n)) => Some(n),
+                _ => None,
+            };
+            let (source, expected) = if self.h3.is_some() {
+                (None, generated.filter(|_| s.config.upload == 0))
+            } else if s.perf {
                 let header = perf::request_header(s.config.download);
                 (
-                    Source::pattern(Some(Bytes::copy_from_slice(&header)), s.config.upload),
+                    Some(Source::pattern(
+                        Some(Bytes::copy_from_slice(&header)),
+                        s.config.upload,
+                    )),
                     Some(s.config.download),
                 )
             } else {
-                let expected = match hq::target(&path) {
-                    Ok(Target::Generated(n)) => Some(n),
-                    _ => None,
-                };
                 (
-                    Source::pattern(Some(Bytes::from(hq::request(&path))), 0),
-                    expected,
+                    Some(Source::pattern(Some(Bytes::from(hq::request(&path))), 0)),
+                    generated,
                 )
             };
             let sink = match &s.config.save {
@@ -222,11 +340,71 @@ impl Open {
                     pattern_ok: true,
                     fin: false,
                     output,
-                    source: Some(source),
+                    source,
+                    status: None,
+                    answer: Vec::new(),
                 },
             );
             self.pump(s, conn, id);
         }
+        self.count_h3_sent(s);
+    }
+
+    /// HTTP/3's request body bytes sent since it last looked, into the report.
+    fn count_h3_sent(&mut self, s: &mut Shared) {
+        if let Some(h3) = &self.h3 {
+            let sent = h3.body_sent() - self.h3_sent;
+            self.h3_sent = h3.body_sent();
+            s.report.bytes_sent += sent;
+            self.bytes += sent;
+        }
+    }
+
+    /// An event of an HTTP/3 connection (its loss excepted): the session's to take, then
+    /// what it made of it.
+    pub(super) fn h3_event(
+        &mut self,
+        s: &mut Shared,
+        ch: ConnectionHandle,
+        conn: &mut Connection,
+        event: &Event,
+        now: Instant,
+    ) {
+        let Some(h3) = &mut self.h3 else {
+            return;
+        };
+        h3.event(conn, event, now);
+        if matches!(event, Event::Stream(StreamEvent::Readable { id }) if id.dir() == Dir::Bi) {
+            self.key_update.poll(conn);
+        }
+        let mut more = matches!(event, Event::Connected);
+        while let Some(e) = self.h3.as_mut().and_then(ClientSession::poll) {
+            match e {
+                ClientEvent::Readable(id) => self.read(s, ch, conn, id, now),
+                ClientEvent::Rejected(id) => {
+                    self.finish_request(s, conn, id, now, Ending::Rejected)
+                }
+                ClientEvent::GoAway { .. } => self.going_away = true,
+                ClientEvent::Available => more = true,
+                ClientEvent::Closed { code, why } => {
+                    let name = h3::code_name(code).unwrap_or("an HTTP/3 error");
+                    let msg = format!(
+                        "the server broke HTTP/3, the connection is closed ({name}): {why}"
+                    );
+                    self.queue.clear();
+                    for (_, req) in self.streams.drain() {
+                        let path = req.path.clone();
+                        req.ended(s, now, Ending::Failed(format!("{path}: {msg}")));
+                    }
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+        if more {
+            self.open_streams(s, conn, now);
+        }
+        self.count_h3_sent(s);
     }
 
     pub(super) fn pump(&mut self, s: &mut Shared, conn: &mut Connection, id: StreamId) {
@@ -258,6 +436,10 @@ impl Open {
         id: StreamId,
         now: Instant,
     ) {
+        if self.h3.is_some() {
+            self.read_h3(s, ch, conn, id, now);
+            return;
+        }
         let Some(req) = self.streams.get_mut(&id) else {
             return;
         };
@@ -292,7 +474,7 @@ impl Open {
                         "{}: the server reset the stream (error code {code}{name})",
                         req.path
                     );
-                    self.finish_request(s, conn, id, now, Some(msg));
+                    self.finish_request(s, conn, id, now, Ending::Failed(msg));
                     return;
                 }
                 ReadEnd::Fin => {
@@ -310,22 +492,120 @@ impl Open {
                 }
             }
         }
+        self.written_out(s, ch, conn, id, now);
+    }
+
+    /// Starts request `id`'s next write; completes it once all is read, verified and
+    /// written.
+    fn written_out(
+        &mut self,
+        s: &mut Shared,
+        ch: ConnectionHandle,
+        conn: &mut Connection,
+        id: StreamId,
+        now: Instant,
+    ) {
+        let Some(req) = self.streams.get_mut(&id) else {
+            return;
+        };
         req.start_write(&s.writes, ch, id);
         if req.fin && req.output.as_ref().is_none_or(Output::done) {
-            let error = req
-                .expected
-                .and_then(|n| report::body_error(&req.path, n, req.received, req.pattern_ok));
-            self.finish_request(s, conn, id, now, error);
+            let verdict = req.verdict(s.config.upload);
+            self.finish_request(s, conn, id, now, verdict);
         }
+    }
+
+    /// Reads an HTTP/3 response, as [`read`](Self::read) reads others: no more than its
+    /// output can take.
+    fn read_h3(
+        &mut self,
+        s: &mut Shared,
+        ch: ConnectionHandle,
+        conn: &mut Connection,
+        id: StreamId,
+        now: Instant,
+    ) {
+        let (Some(h3), Some(req)) = (&mut self.h3, self.streams.get_mut(&id)) else {
+            return;
+        };
+        let cancel_after = s.config.cancel_after;
+        while !req.fin {
+            let max = req.output.as_ref().map_or(usize::MAX, Output::room);
+            let mut read = 0;
+            let r = h3.read(conn, id, max, now, &mut |part| match part {
+                Part::Head { head, .. } => req.status = Some(head.status),
+                // Read past (`-v` will show them).
+                Part::Interim { .. } | Part::Trailers { .. } => {}
+                Part::Data(d) if req.status == Some(200) => {
+                    if req.expected.is_some() && !pattern::verify(req.received, d) {
+                        req.pattern_ok = false;
+                    }
+                    if let Some(out) = &mut req.output {
+                        out.push(d);
+                    }
+                    if req.answer.len() + d.len() <= 20 {
+                        req.answer.extend_from_slice(d);
+                    }
+                    req.received += d.len() as u64;
+                    read += d.len() as u64;
+                }
+                Part::Data(_) => {}
+            });
+            s.report.bytes_received += read;
+            self.bytes += read;
+            if let Some(status) = req.status.filter(|&st| st != 200) {
+                // Given up on: not the response asked for.
+                h3.cancel(conn, id);
+                let msg = format!("{}: status {status}", req.path);
+                self.finish_request(s, conn, id, now, Ending::Failed(msg));
+                return;
+            }
+            if cancel_after.is_some_and(|limit| req.received >= limit) && r != Read::Done {
+                h3.cancel(conn, id);
+                self.finish_request(s, conn, id, now, Ending::Cancelled);
+                return;
+            }
+            match r {
+                Read::Blocked => break,
+                // The output is full: write it and read on, unless a write is in flight.
+                Read::Paused => {
+                    if !req.start_write(&s.writes, ch, id) {
+                        break;
+                    }
+                }
+                Read::Done => {
+                    req.fin = true;
+                    if let Some(out) = &mut req.output {
+                        out.end();
+                    }
+                }
+                Read::Failed(Failure::Rejected) => {
+                    self.finish_request(s, conn, id, now, Ending::Rejected);
+                    return;
+                }
+                Read::Failed(f) => {
+                    let msg = format!("{}: {f}", req.path);
+                    self.finish_request(s, conn, id, now, Ending::Failed(msg));
+                    return;
+                }
+            }
+        }
+        self.written_out(s, ch, conn, id, now);
     }
 
     /// The connection ended: the requests whose response has not all arrived failed (how
     /// many is returned), the rest of them included; those whose response has all arrived
     /// and is being saved stay, to finish their writes without the connection. Returns how
     /// many failed, and whether any stay.
-    pub(super) fn lost(&mut self) -> (usize, bool) {
-        let unmade = self.queue.len();
+    pub(super) fn lost(&mut self, s: &mut Shared, graceful: bool) -> (usize, bool) {
+        let mut unmade = self.queue.len();
         self.queue.clear();
+        if graceful && self.h3.is_some() {
+            // A server that closes with H3_NO_ERROR has answered what it took (RFC 9114
+            // section 5.2): the requests not sent were not processed.
+            s.report.rejected_requests += unmade as u64;
+            unmade = 0;
+        }
         let before = self.streams.len();
         self.streams
             .retain(|_, r| r.fin && r.output.as_ref().is_some_and(|o| !o.done()));
@@ -364,24 +644,23 @@ impl Open {
         let Some(out) = &mut req.output else {
             return;
         };
-        let error = match done.result {
+        let ending = match done.result {
             Ok(written) => {
                 out.written(written);
                 req.start_write(&s.writes, done.connection, done.id);
                 if !req.output.as_ref().is_some_and(Output::done) {
                     return;
                 }
-                req.expected
-                    .and_then(|n| report::body_error(&req.path, n, req.received, req.pattern_ok))
+                req.verdict(s.config.upload)
             }
-            Err(e) => Some(format!(
+            Err(e) => Ending::Failed(format!(
                 "{}: cannot save the body to {}: {e}",
                 req.path,
                 out.sink()
             )),
         };
         if let Some(req) = self.streams.remove(&done.id) {
-            req.ended(s, now, error);
+            req.ended(s, now, ending);
         }
     }
 
@@ -407,8 +686,11 @@ impl Open {
             Err(e) => {
                 let msg = format!("{}: cannot save the body to {}: {e}", req.path, out.sink());
                 // Given up: the server need not send the rest, nor we.
-                body::cancel(conn, done.id, 0u32.into());
-                self.finish_request(s, conn, done.id, now, Some(msg));
+                match &mut self.h3 {
+                    Some(h3) => h3.cancel(conn, done.id),
+                    None => body::cancel(conn, done.id, 0u32.into()),
+                }
+                self.finish_request(s, conn, done.id, now, Ending::Failed(msg));
             }
         }
     }
@@ -421,12 +703,12 @@ impl Open {
         conn: &mut Connection,
         id: StreamId,
         now: Instant,
-        error: Option<String>,
+        ending: Ending,
     ) {
         let Some(req) = self.streams.remove(&id) else {
             return;
         };
-        req.ended(s, now, error);
+        req.ended(s, now, ending);
         self.open_streams(s, conn, now);
         if self.outstanding() == 0 {
             s.report.connections += 1;
@@ -437,8 +719,40 @@ impl Open {
                 s.connection_gbps
                     .push(self.bytes as f64 * 8.0 / seconds / 1e9);
             }
-            conn.close(now, 0u32.into(), Bytes::from_static(b"done"));
+            // H3_NO_ERROR for HTTP/3 (RFC 9114 section 8.1); 0 for the others.
+            let code = if self.h3.is_some() {
+                neqo_h3::frame::code::NO_ERROR
+            } else {
+                0
+            };
+            conn.close(
+                now,
+                code.try_into().unwrap_or_default(),
+                Bytes::from_static(b"done"),
+            );
             self.closed = true;
         }
     }
+}
+
+/// Sends request `path` on HTTP/3: a `GET`, or with `--upload` a `POST` of that many pattern
+/// bytes.
+fn h3_request(
+    h3: &mut ClientSession,
+    s: &Shared,
+    conn: &mut Connection,
+    path: &str,
+) -> Result<StreamId, NotSent> {
+    let (method, body) = match s.config.upload {
+        0 => ("GET", Body::Empty),
+        n => ("POST", Body::Pattern(n)),
+    };
+    let request = h3::Request {
+        method,
+        scheme: "https",
+        authority: s.authority.as_deref().unwrap_or_default(),
+        path,
+        fields: &[],
+    };
+    h3.send_request(conn, &request, body)
 }

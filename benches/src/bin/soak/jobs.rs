@@ -724,11 +724,11 @@ impl Job {
                         && r.requests == requests
                         && r.cut_at_shutdown == 0;
                     // Sent, unanswered when the server closed gracefully (H3_NO_ERROR)
-                    // having answered all it took: sent past its GOAWAY's stream ID, or
-                    // it would have answered or cut them. The h3 crate's client keeps
-                    // that ID to itself, so it cannot tell them unprocessed and counts
-                    // them failed, never safe to retry (our own HTTP/3 client will:
-                    // issue 54).
+                    // having answered all it took: sent past its GOAWAY's stream ID, or it
+                    // would have answered or cut them. The client rejects those it knows
+                    // to be past the GOAWAY; one sent before the GOAWAY reached it, whose
+                    // reset the close overtook, it cannot tell processed or not, and counts
+                    // failed, never safe to retry.
                     let past_goaway = stderr
                         .lines()
                         .filter(|l| l.starts_with("neqo-client: error:"))
@@ -739,8 +739,8 @@ impl Job {
                     match (whole, failed) {
                         (true, 0) => Verdict::Ok,
                         (true, _) if past_goaway => Verdict::Explained(
-                            "some sent past the GOAWAY, unanswered at the graceful close: \
-                                 counted failed (the h3 crate's client cannot read the GOAWAY)"
+                            "some sent before the GOAWAY reached the client, unanswered at the \
+                                 graceful close: counted failed"
                                 .into(),
                         ),
                         _ => Verdict::Unexplained(format!(

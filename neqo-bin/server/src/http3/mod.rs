@@ -16,8 +16,6 @@
 //! (`H3_REQUEST_REJECTED`), and the driver closes with `H3_NO_ERROR` once every response is
 //! acknowledged or its drain period ends.
 
-mod control;
-mod peer;
 mod request;
 pub(crate) mod respond;
 mod session;

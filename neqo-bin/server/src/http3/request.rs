@@ -7,23 +7,14 @@ use neqo_protocols::body::{self, ReadEnd};
 use quinn_proto::{Connection, StreamId, VarInt};
 
 use neqo_h3::{
-    frame::{FRAME_LIMIT, FrameReader, Step, Take, Violation, code, kind},
+    control::Role,
+    frame::{FrameReader, Step, Take, Violation, code},
     head::{self, Refused, RequestHead as Head},
+    message::{self, Frame, Phase},
     qpack::Decoder,
 };
 
 use super::MAX_FIELD_SECTION;
-
-/// Where a request's frames have got to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Before its HEADERS.
-    Headers,
-    /// After its HEADERS: DATA.
-    Body,
-    /// After trailers: nothing but unknown frames.
-    Trailers,
-}
 
 /// What a read brought.
 #[derive(Debug, Default)]
@@ -54,7 +45,7 @@ impl Incoming {
     pub(super) fn new() -> Self {
         Self {
             frames: FrameReader::default(),
-            phase: Phase::Headers,
+            phase: Phase::Head,
             head: None,
             body: 0,
             ended: false,
@@ -107,7 +98,7 @@ impl Incoming {
                         "a request stream ended inside a frame",
                     ));
                 }
-                if self.phase == Phase::Headers {
+                if self.phase == Phase::Head {
                     return Err(Violation::Stream(code::REQUEST_INCOMPLETE));
                 }
                 let length = self.head.as_ref().and_then(|h| h.content_length);
@@ -132,45 +123,21 @@ fn on_step(
     decoder: &mut Decoder,
     arrived: &mut Arrived,
 ) -> Result<Take, Violation> {
-    const UNEXPECTED: Violation = Violation::Connection(
-        code::FRAME_UNEXPECTED,
-        "a frame a request stream may not carry there",
-    );
     match step {
-        Step::Begins { kind, len } => match (kind, *phase) {
-            (kind::DATA, Phase::Body) => Ok(Take::Pieces),
-            (kind::DATA, _) => Err(UNEXPECTED),
-            (kind::HEADERS, _) if len > FRAME_LIMIT => Err(Violation::Stream(code::EXCESSIVE_LOAD)),
-            (kind::HEADERS, Phase::Headers) => {
-                *phase = Phase::Body;
-                if len > MAX_FIELD_SECTION {
-                    // Read past, unread: with no dynamic table nothing depends on it.
-                    arrived.too_large = true;
-                    return Ok(Take::Skip);
-                }
-                Ok(Take::Whole)
-            }
-            (kind::HEADERS, Phase::Body) => {
-                *phase = Phase::Trailers;
-                // Trailers are dropped: over the limit they are not even read.
-                Ok(if len > MAX_FIELD_SECTION {
-                    Take::Skip
-                } else {
-                    Take::Whole
-                })
-            }
-            (kind::HEADERS, Phase::Trailers) => Err(UNEXPECTED),
-            (
-                kind::CANCEL_PUSH
-                | kind::SETTINGS
-                | kind::PUSH_PROMISE
-                | kind::GOAWAY
-                | kind::MAX_PUSH_ID,
-                _,
-            ) => Err(UNEXPECTED),
-            (k, _) if kind::is_http2(k) => Err(UNEXPECTED),
-            _ => Ok(Take::Skip),
-        },
+        Step::Begins { kind, len } => {
+            Ok(
+                match message::begins(Role::Server, phase, kind, len, MAX_FIELD_SECTION)? {
+                    Frame::Data => Take::Pieces,
+                    Frame::Head | Frame::Trailers => Take::Whole,
+                    Frame::HeadTooLarge => {
+                        arrived.too_large = true;
+                        Take::Skip
+                    }
+                    // Trailers are dropped: over the limit they are not even read.
+                    Frame::TrailersTooLarge | Frame::Unknown => Take::Skip,
+                },
+            )
+        }
         Step::Whole { payload, .. } => {
             if *phase == Phase::Trailers {
                 return trailers(decoder, payload).map(|()| Take::Skip);

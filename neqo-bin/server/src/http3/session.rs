@@ -16,17 +16,16 @@ use std::{
 use bytes::Bytes;
 use neqo_driver::{IdMap, Jobs};
 use neqo_h3::{
-    control::goaway,
+    control::{Role, goaway},
     frame::{Violation, code},
     qpack::Decoder,
+    session::{OwnControl, PeerUni},
 };
 use neqo_protocols::body;
 use quinn_proto::{Connection, ConnectionHandle, Dir, Event, Side, StreamEvent, StreamId, VarInt};
 
 use super::{
-    Http3Counters,
-    control::Outgoing,
-    peer::Peer,
+    Http3Counters, MAX_FIELD_SECTION,
     request::{Arrived, Incoming},
     respond::{self, FileDone, Got, Plan, Response},
 };
@@ -76,10 +75,10 @@ struct Request {
 }
 
 /// One connection's HTTP/3 state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Session {
-    control: Outgoing,
-    peer: Peer,
+    control: OwnControl,
+    peer: PeerUni,
     requests: IdMap<StreamId, Request>,
     decoder: Decoder,
     /// The lowest request stream ID not yet opened.
@@ -94,11 +93,28 @@ pub(super) struct Session {
     peak_held: usize,
 }
 
+impl Default for Session {
+    fn default() -> Self {
+        Self {
+            control: OwnControl::default(),
+            peer: PeerUni::new(Role::Server),
+            requests: IdMap::default(),
+            decoder: Decoder::default(),
+            next_request: 0,
+            goaway: None,
+            closed: false,
+            address: None,
+            #[cfg(test)]
+            peak_held: 0,
+        }
+    }
+}
+
 impl Session {
     /// Opens the server's control stream.
     pub(super) fn start(&mut self, conn: &mut Connection, now: Instant) {
         self.address = Some(conn.remote_address());
-        let r = self.control.start(conn);
+        let r = self.control.start(conn, MAX_FIELD_SECTION);
         self.settle(conn, r, None, now);
     }
 
@@ -291,12 +307,10 @@ impl Session {
         dir: Dir,
         shared: &mut Shared<'_>,
     ) -> Result<(), Violation> {
+        if dir == Dir::Uni {
+            return self.peer.accept(conn);
+        }
         while let Some(id) = conn.streams().accept(dir) {
-            if dir == Dir::Uni {
-                self.peer.opened(id);
-                self.peer.read(conn, id)?;
-                continue;
-            }
             debug_assert_eq!(id.initiator(), Side::Client);
             self.next_request = self.next_request.max(u64::from(id) + 4);
             // RFC 9114 section 5.2: past the GOAWAY's ID, not processed, so the client may
