@@ -287,9 +287,26 @@ struct Client {
     done: bool,
     /// Told to the server: request streams whose final head was read.
     heads_read: Rc<RefCell<Vec<StreamId>>>,
+    /// Connections that sent their requests in 0-RTT, and those of them the server refused.
+    zero_rtt: (usize, usize),
 }
 
 impl Client {
+    /// Another connection, with the same requests, from a client that keeps its session
+    /// tickets (`config`'s crypto).
+    fn again(&mut self, config: quinn_proto::ClientConfig) {
+        self.config = Some(config);
+        self.ch = None;
+        self.session = ClientSession::new(Config {
+            keep_fields: true,
+            ..Config::default()
+        });
+        self.next = 0;
+        self.ids.clear();
+        self.got = vec![Got::default(); self.requests.len()];
+        self.done = false;
+    }
+
     fn ended(&mut self, i: usize, end: End) {
         assert!(self.got[i].end.is_none(), "request {i} ended twice");
         self.got[i].end = Some(end);
@@ -419,6 +436,13 @@ impl Application for Client {
             self.done = true;
             return;
         }
+        if matches!(ev, Event::Connected) && conn.has_0rtt() && !conn.accepted_0rtt() {
+            // quinn-proto dropped the streams opened in 0-RTT: the requests go again.
+            self.zero_rtt.1 += 1;
+            self.session.zero_rtt_rejected(conn, now);
+            self.ids.clear();
+            self.next = 0;
+        }
         self.session.event(conn, &ev, now);
         self.events(conn, now);
     }
@@ -429,6 +453,9 @@ impl Application for Client {
             self.ch = Some(ch);
             driver.update(ch, |conn| {
                 self.session.start(conn, now);
+                if conn.has_0rtt() {
+                    self.zero_rtt.0 += 1;
+                }
                 self.send(conn);
             });
         }
@@ -458,6 +485,9 @@ struct Pair {
     server_app: Server,
     client: Driver,
     client_app: Client,
+    identity: Identity,
+    uni: u32,
+    client_config: quinn_proto::ClientConfig,
 }
 
 impl Pair {
@@ -476,22 +506,13 @@ impl Pair {
             };
             Arc::new(options.transport(label).unwrap())
         };
-        let mut server_config = quinn_proto::ServerConfig::with_crypto(
-            tls::server_crypto(&identity, &["h3".into()]).unwrap(),
-        );
-        server_config.transport_config(transport("server", uni));
         let mut client_config = quinn_proto::ClientConfig::new(
             tls::client_crypto(&Trust::Certs(identity.chain.clone()), "h3").unwrap(),
         );
         client_config.transport_config(transport("client", crate::UNI_STREAMS));
         let heads_read = Rc::default();
         let net = Network::new(7, Instant::now()).with_one_way(Duration::from_millis(5));
-        let server = Driver::with_datapaths(
-            vec![net.path(SERVER, Behaviour::default())],
-            EndpointConfig::default(),
-            Some(Arc::new(server_config)),
-            neqo_driver::DriverConfig::default(),
-        );
+        let server = server(&net, &identity, uni);
         let client = Driver::with_datapaths(
             vec![net.path(CLIENT, Behaviour::default())],
             EndpointConfig::default(),
@@ -515,7 +536,7 @@ impl Pair {
             },
             client,
             client_app: Client {
-                config: Some(client_config),
+                config: Some(client_config.clone()),
                 ch: None,
                 session: ClientSession::new(Config {
                     keep_fields: true,
@@ -538,8 +559,22 @@ impl Pair {
                 closed: None,
                 done: false,
                 heads_read,
+                zero_rtt: (0, 0),
             },
+            identity,
+            uni,
+            client_config,
         }
+    }
+
+    /// The server's process ends and another takes its address: the same certificate, none
+    /// of its session state.
+    fn restart_server(&mut self) {
+        self.server = server(&self.net, &self.identity, self.uni);
+        self.server_app.ch = None;
+        self.server_app.control_id = None;
+        self.server_app.reading.clear();
+        self.server_app.seen.borrow_mut().clear();
     }
 
     fn run(&mut self) -> Vec<Got> {
@@ -564,6 +599,25 @@ impl Pair {
         }
         panic!("no end: {:?}", self.client_app.got);
     }
+}
+
+/// A server endpoint at [`SERVER`] with `identity`, letting the client open `uni`
+/// unidirectional streams.
+fn server(net: &Network, identity: &Identity, uni: u32) -> Driver {
+    let options = TransportOptions {
+        uni_streams: uni,
+        ..TransportOptions::default()
+    };
+    let mut config = quinn_proto::ServerConfig::with_crypto(
+        tls::server_crypto(identity, &["h3".into()]).unwrap(),
+    );
+    config.transport_config(Arc::new(options.transport("server").unwrap()));
+    Driver::with_datapaths(
+        vec![net.path(SERVER, Behaviour::default())],
+        EndpointConfig::default(),
+        Some(Arc::new(config)),
+        neqo_driver::DriverConfig::default(),
+    )
 }
 
 fn get(path: &str) -> (&'static str, &str, Body) {
@@ -913,4 +967,45 @@ fn an_upload_goes_as_one_data_frame_with_its_length() {
     assert_eq!(got[0].end, Some(End::Done));
     assert_eq!(pair.server_app.seen.borrow()[0].body, 100_000);
     assert_eq!(pair.client_app.session.body_sent(), 100_000);
+}
+
+/// A second connection sends its requests in 0-RTT; the server (a new one, which cannot take
+/// the ticket) refuses them, quinn-proto drops their streams, and the session starts over
+/// on the same connection: every request answered once, whole.
+#[test]
+fn requests_refused_in_0rtt_go_again_and_are_answered() {
+    let requests: Vec<_> = ["/a", "/b", "/c"].into_iter().map(get).collect();
+    let mut pair = Pair::new(&requests, 3, |p| Answer::Fin(ok(p.as_bytes())));
+    let got = pair.run();
+    assert!(got.iter().all(|g| g.end == Some(End::Done)), "{got:?}");
+    assert_eq!(
+        pair.client_app.zero_rtt,
+        (0, 0),
+        "the first connection has no ticket"
+    );
+    // The same server again: its ticket is taken, 0-RTT with it.
+    pair.client_app.again(pair.client_config.clone());
+    let got = pair.run();
+    assert!(got.iter().all(|g| g.end == Some(End::Done)), "{got:?}");
+    assert_eq!(pair.client_app.zero_rtt, (1, 0), "0-RTT taken");
+    // A new server: the ticket is not taken, nor what was sent in 0-RTT.
+    pair.restart_server();
+    pair.client_app.again(pair.client_config.clone());
+    let got = pair.run();
+    assert_eq!(pair.client_app.zero_rtt, (2, 1), "0-RTT refused once");
+    for (g, p) in got.iter().zip(["/a", "/b", "/c"]) {
+        assert_eq!(g.end, Some(End::Done), "{p}");
+        assert_eq!(g.body, p.as_bytes(), "{p}");
+    }
+    let seen = pair.server_app.seen.borrow();
+    assert_eq!(
+        seen.len(),
+        3,
+        "each request reached the new server once: {seen:?}"
+    );
+    assert_eq!(
+        *pair.server_app.client_uni.borrow(),
+        3,
+        "one control stream per connection"
+    );
 }
