@@ -42,6 +42,10 @@ pub struct ServerReport {
     /// where the protocol allows, so that no client takes one for unprocessed.
     #[serde(default)]
     pub cut_at_shutdown: u64,
+    /// Panics caught in the server's applications' code (services, raw-QUIC sessions): each
+    /// cost its request or its connection, and the server served on.
+    #[serde(default)]
+    pub app_panics: u64,
     /// Response bytes written.
     pub bytes_sent: u64,
     /// Request bytes read (perf uploads included).

@@ -117,7 +117,7 @@ impl ServerApp {
             Some(App::Quic(app)) => {
                 self.requests.gone(ch);
                 let app = app.clone();
-                self.sessions.start(ch, conn, app.as_ref());
+                self.sessions.start(ch, conn, app.as_ref(), now);
             }
             None if alpn == neqo_protocols::ALPN_H3 => {
                 self.requests.gone(ch);
@@ -282,6 +282,7 @@ impl Application for ServerApp {
         self.services.poll(driver, now);
         self.services.report(&mut self.report);
         self.sessions.poll(driver, now);
+        self.sessions.report(&mut self.report);
         self.report.admission = self.gate.counters();
         self.report.receive_budget = self.config.budget.bytes;
         self.report.receive_windows = self.windows.granted_bytes();

@@ -39,6 +39,10 @@ pub struct ServerReport {
     /// (some perhaps handed to the transport whole, and so in `requests` too): cut, their
     /// streams reset where the protocol allows, so that no client takes one for unprocessed.
     pub cut_at_shutdown: u64,
+    /// Panics caught in your applications' code (a service's call, future or response body;
+    /// a raw-QUIC session): each cost its request (answered 500, or its stream reset once the
+    /// head was out) or its connection (closed), and the worker served on.
+    pub app_panics: u64,
     /// Response bytes written.
     pub bytes_sent: u64,
     /// Request bytes read (perf uploads included).
@@ -151,12 +155,17 @@ impl ServerReport {
         )
     }
 
-    /// `, cut at shutdown N` when the shutdown's drain period ended with requests under way.
+    /// `, cut at shutdown N` when the shutdown's drain period ended with requests under way;
+    /// `, application panics N` when your code panicked.
     fn cut_summary(&self) -> String {
-        if self.cut_at_shutdown == 0 {
-            return String::new();
+        let mut s = String::new();
+        if self.cut_at_shutdown > 0 {
+            s.push_str(&format!(", cut at shutdown {}", self.cut_at_shutdown));
         }
-        format!(", cut at shutdown {}", self.cut_at_shutdown)
+        if self.app_panics > 0 {
+            s.push_str(&format!(", application panics {}", self.app_panics));
+        }
+        s
     }
 
     /// `, HTTP/3 ...` when HTTP/3 requests came: their share of the requests, by outcome.
@@ -185,6 +194,7 @@ impl ServerReport {
             all.requests += w.requests;
             all.refused_requests += w.refused_requests;
             all.cut_at_shutdown += w.cut_at_shutdown;
+            all.app_panics += w.app_panics;
             all.bytes_sent += w.bytes_sent;
             all.bytes_received += w.bytes_received;
             all.lost_packets += w.lost_packets;

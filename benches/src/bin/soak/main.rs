@@ -496,6 +496,14 @@ mod linux {
                 );
             }
         }
+        // Every request handler ran to its end: a panic caught costs a request, not the
+        // server, but under the soak's load it is a bug all the same.
+        // (The counter only grows; the last samples may find the endpoint gone.)
+        let panics = samples.iter().map(|s| s.app_panics).max().unwrap_or(0);
+        let no_panics = panics == 0;
+        if !no_panics {
+            let _ = writeln!(out, "PANICS caught in the server's services: {panics}");
+        }
         let clean_exit = stopped.success() && !stopped.killed;
         if !clean_exit {
             let _ = writeln!(out, "the server did not exit cleanly: {}", stopped.ending());
@@ -534,6 +542,7 @@ mod linux {
             && hung == 0
             && drained_after.is_some()
             && clean_exit
+            && no_panics
             && log_kept_up;
         println!("verdict: {}", if pass { "pass" } else { "FAIL" });
         Ok(pass)

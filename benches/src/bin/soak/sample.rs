@@ -32,6 +32,8 @@ pub struct Sample {
     pub rx_syscalls: u64,
     pub tx_datagrams: u64,
     pub tx_syscalls: u64,
+    /// Panics caught in the server's applications' code (a soak wants none).
+    pub app_panics: u64,
     /// The metrics endpoint answered.
     pub scraped: bool,
 }
@@ -86,6 +88,7 @@ pub fn take(pid: u32, metrics: SocketAddr, t: f64, phase: &'static str) -> Sampl
         s.rx_syscalls = get("neqo_server_syscalls_total{rx}");
         s.tx_datagrams = get("neqo_server_datagrams_total{tx}");
         s.tx_syscalls = get("neqo_server_syscalls_total{tx}");
+        s.app_panics = get("neqo_server_app_panics_total");
     }
     s
 }

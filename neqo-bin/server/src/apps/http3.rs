@@ -41,6 +41,8 @@ const HELD: usize = crate::MIN_WINDOW as usize;
 #[derive(Debug, Default)]
 pub(super) struct Shared {
     pub(super) counters: RefCell<Http3Counters>,
+    /// Requests the service's code panicked on.
+    pub(super) panics: Cell<u64>,
     pub(super) log: Option<AccessLog>,
 }
 
@@ -78,6 +80,7 @@ pub(crate) struct Services {
     shared: Rc<Shared>,
     /// The counts already added to the report.
     reported: Http3Counters,
+    reported_panics: u64,
     shutting_down: bool,
 }
 
@@ -87,9 +90,11 @@ impl Services {
             conns: Connections::default(),
             shared: Rc::new(Shared {
                 counters: RefCell::default(),
+                panics: Cell::new(0),
                 log,
             }),
             reported: Http3Counters::default(),
+            reported_panics: 0,
             shutting_down: false,
         }
     }
@@ -232,6 +237,9 @@ impl Services {
         let now = *self.shared.counters.borrow();
         report.credit_http3(&now.since(&self.reported));
         self.reported = now;
+        let panics = self.shared.panics.get();
+        report.app_panics += panics - self.reported_panics;
+        self.reported_panics = panics;
     }
 }
 

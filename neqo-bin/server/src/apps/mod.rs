@@ -10,6 +10,7 @@
 
 mod files;
 mod http3;
+mod panics;
 mod quic;
 mod request;
 mod service;

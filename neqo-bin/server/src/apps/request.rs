@@ -16,6 +16,7 @@ use neqo_h3::H3Connection;
 
 use super::{
     http3::{Conn, Shared},
+    panics::{self, Panicked},
     service::{BodyRead, RequestBody, ResponseBody, Service},
 };
 use crate::access_log::{Outcome, Record};
@@ -35,6 +36,8 @@ pub(super) struct Ledger {
     outcome: Outcome,
     /// The whole response went.
     answered: bool,
+    /// The service's code panicked on it.
+    panicked: bool,
 }
 
 impl Ledger {
@@ -49,7 +52,21 @@ impl Ledger {
             read: Rc::default(),
             outcome: Outcome::ConnectionLost,
             answered: false,
+            panicked: false,
         }
+    }
+
+    /// The service's code panicked on `what` (its method and URI): logged here, counted when
+    /// the request ends.
+    fn panicked(&mut self, what: &(Method, http::Uri), p: &Panicked) {
+        tracing::error!(
+            "HTTP/3 service panicked on {} {} from {}: {}",
+            what.0,
+            what.1,
+            self.conn.peer,
+            p.0
+        );
+        self.panicked = true;
     }
 
     /// The stream failed with `e`.
@@ -74,6 +91,9 @@ impl Ledger {
 impl Drop for Ledger {
     fn drop(&mut self) {
         self.conn.open.set(self.conn.open.get() - 1);
+        if self.panicked {
+            self.shared.panics.set(self.shared.panics.get() + 1);
+        }
         if self.conn.cut.get() && !self.answered && self.outcome == Outcome::ConnectionLost {
             self.outcome = Outcome::Shutdown;
         }
@@ -140,7 +160,19 @@ pub(super) async fn respond(resolver: Resolver, service: Arc<dyn Service>, mut l
         .and_then(|v| v.to_str().ok()?.parse().ok());
     let (mut send, recv) = stream.split();
     let body = RequestBody::new(recv, expected, Rc::clone(&ledger.read));
-    let response = service.call(request.map(|()| body)).await;
+    // Cheap (reference-counted), and kept only to say what a panic was serving.
+    let what = (request.method().clone(), request.uri().clone());
+    let called = panics::caught(|| service.call(request.map(|()| body)));
+    let response = match called {
+        Ok(fut) => panics::guarded(fut).await,
+        Err(p) => Err(p),
+    };
+    let response = response.unwrap_or_else(|p| {
+        ledger.panicked(&what, &p);
+        let mut r = Response::new(ResponseBody::empty());
+        *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+        r
+    });
     if ledger.read.malformed.get() {
         // RFC 9114 section 4.1.2: a malformed request is a stream error.
         send.stop_stream(Code::H3_MESSAGE_ERROR);
@@ -159,7 +191,7 @@ pub(super) async fn respond(resolver: Resolver, service: Arc<dyn Service>, mut l
         return ledger.failed(&e);
     }
     if !head_only {
-        match send_body(&mut send, &mut body, &mut ledger).await {
+        match send_body(&mut send, &mut body, &mut ledger, &what).await {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => return ledger.failed(&e),
@@ -174,19 +206,30 @@ pub(super) async fn respond(resolver: Resolver, service: Arc<dyn Service>, mut l
 
 type SendHalf = h3::server::RequestStream<neqo_h3::SendStream, Bytes>;
 
-/// Sends `body`'s frames. A body that fails resets the stream (`H3_INTERNAL_ERROR`): the
-/// client sees a response cut short, never one that looks whole. Returns whether the body
-/// went whole (the stream is then to be finished).
+/// Sends `body`'s frames. A body that fails or panics resets the stream
+/// (`H3_INTERNAL_ERROR`): the client sees a response cut short, never one that looks whole.
+/// Returns whether the body went whole (the stream is then to be finished).
 async fn send_body(
     send: &mut SendHalf,
     body: &mut ResponseBody,
     ledger: &mut Ledger,
+    what: &(Method, http::Uri),
 ) -> Result<bool, StreamError> {
-    while let Some(frame) = body.frame().await {
-        let frame = match frame {
-            Ok(f) => f,
-            Err(e) => {
+    loop {
+        let frame = match body.frame().await {
+            Ok(Some(Ok(f))) => f,
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
                 tracing::warn!("response body failed: {e}");
+                send.stop_stream(Code::H3_INTERNAL_ERROR);
+                ledger.outcome = Outcome::Reset(Code::H3_INTERNAL_ERROR.value());
+                return Ok(false);
+            }
+            Err(p) => {
+                ledger.panicked(what, &p);
+                // Its drop may panic too: here, not later with the task.
+                let broken = std::mem::replace(body, ResponseBody::empty());
+                let _ = panics::caught(move || drop(broken));
                 send.stop_stream(Code::H3_INTERNAL_ERROR);
                 ledger.outcome = Outcome::Reset(Code::H3_INTERNAL_ERROR.value());
                 return Ok(false);

@@ -239,9 +239,19 @@ impl ResponseBody {
         Self(Box::pin(body.map_err(Into::into)))
     }
 
-    /// The next frame.
-    pub(super) async fn frame(&mut self) -> Option<Result<Frame<Bytes>, BoxError>> {
-        self.0.frame().await
+    /// The next frame, or the panic polling it raised (the body is not to be polled again).
+    pub(super) async fn frame(
+        &mut self,
+    ) -> Result<Option<Result<Frame<Bytes>, BoxError>>, super::panics::Panicked> {
+        let body = &mut self.0;
+        std::future::poll_fn(
+            |cx| match super::panics::caught(|| body.as_mut().poll_frame(cx)) {
+                Ok(Poll::Pending) => Poll::Pending,
+                Ok(Poll::Ready(f)) => Poll::Ready(Ok(f)),
+                Err(p) => Poll::Ready(Err(p)),
+            },
+        )
+        .await
     }
 
     /// Its length, if it knows it.

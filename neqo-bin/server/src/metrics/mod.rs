@@ -349,6 +349,11 @@ fn add_worker(x: &mut Exposition, w: usize, report: &ServerReport) {
             "Packets the connections declared lost",
             report.lost_packets,
         ),
+        (
+            "app_panics",
+            "Panics caught in applications' code, each costing a request or a connection",
+            report.app_panics,
+        ),
     ] {
         x.add(name, help, None, worker(), Value::Counter(v));
     }
@@ -595,7 +600,7 @@ mod tests {
             panic!("{e}\n{text}");
         }
         let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
-        assert_eq!(types.len(), 39, "every family, once each: {types:#?}");
+        assert_eq!(types.len(), 40, "every family, once each: {types:#?}");
         for sample in [
             "neqo_server_requests_total{worker=\"0\"} 10",
             "neqo_server_requests_total{worker=\"1\"} 11",

@@ -257,3 +257,71 @@ fn alpns_are_checked_at_start_and_http3_gets_its_streams() {
 fn empty_service() -> impl crate::Service {
     service_fn(|_| async { Response::new(ResponseBody::empty()) })
 }
+
+/// [`Reverse`], but the first session it makes panics at its connection's first stream.
+struct PanicsOnce(std::sync::atomic::AtomicBool);
+
+impl QuicApp for PanicsOnce {
+    fn session(&self, peer: SocketAddr, waker: Waker) -> Box<dyn QuicSession> {
+        if self.0.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            return Box::new(Panics);
+        }
+        Reverse.session(peer, waker)
+    }
+}
+
+struct Panics;
+
+impl QuicSession for Panics {
+    fn event(&mut self, _: &mut Connection, event: &Event, _: Instant) {
+        assert!(
+            !matches!(event, Event::Stream(StreamEvent::Opened { .. })),
+            "the session panics at its first stream, on purpose"
+        );
+    }
+}
+
+/// A raw-QUIC session that panics costs its connection, closed with the app's panic code
+/// (application error 1, "internal error"), and is counted; the worker serves the next
+/// connection on the same ALPN whole, and keeps no session once both are gone.
+#[test]
+fn a_raw_quic_session_that_panics_costs_its_connection_and_the_server_serves_on() {
+    let mut config = ServerConfig::quic(REVERSE, PanicsOnce(true.into()));
+    config.listen = vec![SERVER];
+    let (net, mut server, mut app, mut client_driver) = super::worker_and_client(config);
+    let client = || ReverseClient {
+        config: Some(quinn_proto::ClientConfig::new(
+            tls::client_crypto(&Trust::Insecure, REVERSE).unwrap(),
+        )),
+        sent: HashMap::new(),
+        got: HashMap::new(),
+        right: 0,
+        lost: None,
+        close: true,
+    };
+    let mut clients = vec![client(), client()];
+    for c in &mut clients {
+        for _ in 0..TURNS {
+            let s = net.turn(&mut server, &mut app).unwrap();
+            let t = net.turn(&mut client_driver, c).unwrap();
+            // The first ends closed by the server, the second once it closed itself.
+            if (t.done || c.right == 5) && server.open_connections() == 0 {
+                break;
+            }
+            let queued = server.queued_datagrams() + client_driver.queued_datagrams() > 0;
+            assert!(net.advance(&[s.deadline, t.deadline], queued), "stalled");
+        }
+    }
+    match &clients[0].lost {
+        Some(ConnectionError::ApplicationClosed(close)) => {
+            assert_eq!(close.error_code, VarInt::from_u32(1));
+            assert_eq!(&close.reason[..], b"internal error");
+        }
+        other => panic!("closed for the panic, not {other:?}"),
+    }
+    assert_eq!(clients[0].right, 0);
+    assert_eq!(clients[1].right, 5, "the next connection served whole");
+    assert_eq!(clients[1].lost, None, "closed by the client");
+    assert_eq!(app.report.app_panics, 1);
+    assert_eq!(app.sessions(), 0);
+}

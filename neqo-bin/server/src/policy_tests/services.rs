@@ -277,3 +277,96 @@ fn a_shutdown_lets_a_service_response_finish_and_rejects_later_requests() {
     let h = report.http3;
     assert_eq!((h.responses, h.cancelled, h.rejected), (1, 0, 1), "{h:?}");
 }
+
+/// Panics on purpose: in its call (`/call`), in its future once it has yielded
+/// (`/future`), in its response body once a chunk went (`/body`); answers `/ok`.
+struct Panicking;
+
+impl crate::Service for Panicking {
+    fn call(&self, req: Request<RequestBody>) -> crate::ServiceFuture {
+        match req.uri().path() {
+            "/call" => panic!("panics in call, on purpose"),
+            "/future" => Box::pin(async {
+                let mut yielded = false;
+                std::future::poll_fn(move |cx| {
+                    if yielded {
+                        return std::task::Poll::Ready(());
+                    }
+                    yielded = true;
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                })
+                .await;
+                panic!("panics in the future, on purpose")
+            }),
+            "/body" => {
+                Box::pin(async { Response::new(ResponseBody::new(PanickingBody { sent: false })) })
+            }
+            _ => Box::pin(async { Response::new(ResponseBody::from("fine")) }),
+        }
+    }
+}
+
+/// A chunk, then a panic.
+struct PanickingBody {
+    sent: bool,
+}
+
+impl http_body::Body for PanickingBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        assert!(!self.sent, "the body panics in its second poll, on purpose");
+        self.sent = true;
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(
+            b"first chunk",
+        )))))
+    }
+}
+
+/// A panic in a service costs its request, as in hyper and axum: a panic before the head
+/// is answered 500, one in the body resets the stream with `H3_INTERNAL_ERROR` (the client
+/// never takes a cut body for whole), each is counted; the other requests on the same
+/// connection, before and after, are answered, and the worker serves on.
+#[test]
+fn a_service_that_panics_costs_one_request_and_the_server_serves_on() {
+    let mut config = ServerConfig::http3(Panicking);
+    config.listen = vec![SERVER];
+    let requests = [
+        ("GET", "/ok"),
+        ("GET", "/call"),
+        ("GET", "/future"),
+        ("GET", "/body"),
+        ("GET", "/ok2"),
+    ];
+    let c = Client::new(SERVER, testing::config(), &requests).sequential();
+    let (report, c) = exchange(config, c);
+    let answers = c.answers();
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    let mut fine = Got::ok("GET", "/ok", b"fine".to_vec(), None);
+    let oks: Vec<Got> = answers.iter().filter_map(|a| a.clone().ok()).collect();
+    let errs: Vec<String> = answers.iter().filter_map(|a| a.clone().err()).collect();
+    let mut want = vec![
+        Got::status("GET", "/call", 500),
+        Got::status("GET", "/future", 500),
+        fine.clone(),
+    ];
+    fine.path = "/ok2".into();
+    want.push(fine);
+    let mut oks = oks;
+    oks.sort_by_key(|g| g.path.clone());
+    assert_eq!(oks, want);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].contains("H3_INTERNAL_ERROR"), "{errs:?}");
+    assert_eq!(report.app_panics, 3);
+    let h = report.http3;
+    assert_eq!(
+        (h.responses, h.error_statuses, h.cancelled),
+        (2, 2, 1),
+        "{h:?}"
+    );
+}
