@@ -131,8 +131,11 @@ impl Download {
             .with_pacing_timer(self.pacing_timer);
         config.transport = transport;
         let result = with_deadline(&what, move || client::run(config));
-        let relay_stats = relay.stop().expect("relay stops");
+        // The server stops first: the relay delays every datagram, and one stopped with the
+        // client's last ACK and CONNECTION_CLOSE still in its queue would leave the server
+        // waiting out its drain period for a response it cannot know was received.
         let server = server.stop().expect("server stops");
+        let relay_stats = relay.stop().expect("relay stops");
         let client = result.unwrap_or_else(|e| panic!("{what}: {e:#}\n{relay_stats}"));
         assert_eq!(client.bytes_received, self.bytes, "{what}");
         assert_eq!(client.requests, 1, "{what}");

@@ -157,8 +157,9 @@ fn a_download_stays_on_its_worker_through_rebinding(
         Duration::from_secs(300),
         move || client::run(c),
     );
-    let relay = relay.stop().expect("relay stops");
+    // The server first: a datagram left in the relay would keep it draining.
     let sr = s.stop().unwrap();
+    let relay = relay.stop().expect("relay stops");
     let r = result.unwrap_or_else(|e| panic!("{e:#}\n{relay}\n{:?}", sr.workers));
     assert_eq!(r.bytes_received, bytes, "byte-exact");
     println!("rebinding: {relay}");
