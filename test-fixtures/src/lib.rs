@@ -16,7 +16,8 @@ pub mod openmetrics;
 mod peer;
 
 pub use locate::{
-    BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, BUILD_RELAY, cargo_build, locate_binary, release_binary,
+    BUILD_MSQUIC_PEER, BUILD_NEQO_BINS, BUILD_RELAY, cargo_build, cargo_command, locate_binary,
+    release_binary,
 };
 pub use neqo_process::{
     CAPTURE_LIMIT, Measured, STOP_GRACE, Server, StartError, parse_listening, run,

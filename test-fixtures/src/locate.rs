@@ -79,15 +79,42 @@ pub fn release_binary(name: &str) -> PathBuf {
         .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
 }
 
-/// Runs `cargo build --release --quiet ARGS` with the cargo that runs us (`$CARGO`).
+/// A `cargo` command: the cargo that runs us (`$CARGO`), else the one on the path, without
+/// the variables cargo sets for the package it runs (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`,
+/// ...). Cargo fingerprints a build script on every variable it reads, as the building
+/// cargo sees it: ring's reads `CARGO_MANIFEST_DIR`, so a nested build that inherited ours
+/// rebuilt ring and all above it, and the next outer build rebuilt them back (about 2 min
+/// per soak in a CI run).
+#[must_use]
+pub fn cargo_command() -> Command {
+    const SET_FOR_A_RUN: [&str; 7] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "OUT_DIR",
+    ];
+    const PREFIXES: [&str; 2] = ["CARGO_PKG_", "CARGO_BIN_"];
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if SET_FOR_A_RUN.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p)) {
+            c.env_remove(name);
+        }
+    }
+    c
+}
+
+/// Runs `cargo build --release --quiet ARGS` with [`cargo_command`].
 ///
 /// # Errors
 /// The first error lines of a failed build.
 pub fn cargo_build(args: &[&str]) -> Result<(), String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let what = format!("`cargo build --release {}`", args.join(" "));
     let m = run(
-        Command::new(cargo)
+        cargo_command()
             .args(["build", "--release", "--quiet"])
             .args(args),
         BUILD_LIMIT,

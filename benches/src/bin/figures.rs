@@ -297,7 +297,7 @@ fn record_path(name: &str) -> PathBuf {
 
 fn refresh(f: &Figure) -> Result<(), String> {
     eprintln!("figures: {}: {}", f.name, command_line(f));
-    let out = Command::new("cargo")
+    let out = test_fixtures::cargo_command()
         .args(f.cargo)
         .stderr(Stdio::inherit())
         .output()
