@@ -121,6 +121,7 @@ pub const STATIC: [(&str, &str); 99] = [
 const STATUS: usize = 24;
 const CONTENT_LENGTH: usize = 4;
 const CONTENT_TYPE: usize = 44;
+const LOCATION: usize = 12;
 
 /// Why a field section could not be decoded: `QPACK_DECOMPRESSION_FAILED` (section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,6 +397,12 @@ pub fn put_response(
     }
 }
 
+/// Appends a `location` field line (RFC 9110 section 10.2.2) to a section that
+/// [`put_response`] began.
+pub fn put_location(location: &str, out: &mut Vec<u8>) {
+    put_field(LOCATION, location, out);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,6 +463,17 @@ mod tests {
                 (":status".into(), "431".into()),
                 ("content-length".into(), "0".into()),
                 ("content-type".into(), "application/octet-stream".into()),
+            ]
+        );
+        let mut s = Vec::new();
+        put_response(301, 0, None, &mut s);
+        put_location("/a%20b/?x=1", &mut s);
+        assert_eq!(
+            decode(&s).unwrap(),
+            vec![
+                (":status".into(), "301".into()),
+                ("content-length".into(), "0".into()),
+                ("location".into(), "/a%20b/?x=1".into()),
             ]
         );
     }

@@ -57,6 +57,8 @@ pub struct Got {
     pub content_length: Option<String>,
     /// The response's `content-type`, as sent.
     pub content_type: Option<String>,
+    /// The response's `location`, as sent.
+    pub location: Option<String>,
     /// The response's body.
     pub body: Vec<u8>,
 }
@@ -70,6 +72,7 @@ impl Got {
             status: 200,
             content_length: Some(body.len().to_string()),
             content_type: content_type.map(Into::into),
+            location: None,
             body,
         }
     }
@@ -82,7 +85,16 @@ impl Got {
             status,
             content_length: Some("0".into()),
             content_type: None,
+            location: None,
             body: Vec::new(),
+        }
+    }
+
+    /// A `301 Moved Permanently` to `location`.
+    pub fn moved(method: &str, path: &str, location: &str) -> Self {
+        Self {
+            location: Some(location.into()),
+            ..Self::status(method, path, 301)
         }
     }
 }
@@ -157,6 +169,7 @@ async fn request(
         status: resp.status().as_u16(),
         content_length: header("content-length"),
         content_type: header("content-type"),
+        location: header("location"),
         body,
     })
 }

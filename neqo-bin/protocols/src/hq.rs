@@ -81,7 +81,9 @@ pub enum Error {
     NoRoot,
     /// The path, symbolic links followed, leads outside the root.
     OutsideRoot,
-    /// The path names something other than a regular file.
+    /// The path names a directory.
+    Directory,
+    /// The path names something other than a regular file or a directory.
     NotAFile,
     /// The file does not exist or cannot be opened or read.
     Io(io::Error),
@@ -99,9 +101,12 @@ impl Error {
             | Self::NoPath
             | Self::NotAbsolute
             | Self::TooLarge => BAD_REQUEST,
-            Self::BadPath(_) | Self::NoRoot | Self::OutsideRoot | Self::NotAFile | Self::Io(_) => {
-                REFUSED
-            }
+            Self::BadPath(_)
+            | Self::NoRoot
+            | Self::OutsideRoot
+            | Self::Directory
+            | Self::NotAFile
+            | Self::Io(_) => REFUSED,
         }
     }
 }
@@ -118,6 +123,7 @@ impl fmt::Display for Error {
             Self::BadPath(rule) => write!(f, "path refused: {rule}"),
             Self::NoRoot => f.write_str("no root to serve files from"),
             Self::OutsideRoot => f.write_str("path leads outside the root"),
+            Self::Directory => f.write_str("a directory"),
             Self::NotAFile => f.write_str("not a regular file"),
             Self::Io(e) => e.fmt(f),
         }
@@ -244,6 +250,9 @@ pub fn open(root: Option<&Path>, path: &str) -> Result<(File, u64), Error> {
     }
     let file = options.open(&real).map_err(Error::Io)?;
     let meta = file.metadata().map_err(Error::Io)?;
+    if meta.is_dir() {
+        return Err(Error::Directory);
+    }
     if !meta.is_file() {
         return Err(Error::NotAFile);
     }
@@ -403,7 +412,7 @@ mod tests {
         // An absolute path can never be joined onto the root.
         let abs = format!("/{}", base.join("secret").display());
         assert!(refused(&open(r, &abs)), "{abs}");
-        assert!(matches!(open(r, "/sub"), Err(Error::NotAFile)));
+        assert!(matches!(open(r, "/sub"), Err(Error::Directory)));
         assert!(matches!(open(r, "/missing"), Err(Error::Io(_))));
         #[cfg(unix)]
         {

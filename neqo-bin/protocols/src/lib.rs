@@ -4,6 +4,8 @@
 //!
 //! - [`hq`]: `hq-interop`, HTTP/0.9 over QUIC: the request line, the paths a server serves,
 //!   the stream error codes.
+//! - [`web`]: how a web file server reads a request's target (query, %-escapes, index,
+//!   the names it refuses), for every HTTP version.
 //! - [`perf`]: draft-banks-quic-performance as secnetperf speaks it.
 //! - [`pattern`]: the generated body of `/N` responses and `perf` transfers, and its check.
 //! - `body` (feature `quinn-proto`): bodies sent into and read out of quinn-proto streams,
@@ -16,6 +18,7 @@ pub mod body;
 pub mod hq;
 pub mod pattern;
 pub mod perf;
+pub mod web;
 
 /// HTTP/0.9 over QUIC.
 pub const ALPN_HQ: &str = "hq-interop";

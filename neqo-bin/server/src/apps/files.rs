@@ -1,6 +1,7 @@
 //! neqo-server's file serving as a [`Service`]: the same answers as its built-in HTTP/3
-//! (the rules of [`respond::plan`]: `GET`/`HEAD` of a file under the root or of a generated
-//! `/N`, a `POST` counted, 404, 405), so that a service of your own can hand it what it does
+//! (the rules of [`respond::plan`]: `GET`/`HEAD` of a file under the root, its target read by
+//! the web rules (query, %-escapes, index, a redirect for a directory), or of a generated
+//! `/N`, a `POST` counted, 400, 404, 405), so that a service of your own can hand it what it does
 //! not answer itself, and so that the two paths can be measured side by side.
 //!
 //! Files are opened and read on tokio's blocking pool, a chunk at a time as the stream takes
@@ -92,6 +93,7 @@ impl Service for Files {
         Box::pin(async move {
             match plan {
                 Plan::Status(s) => status(s),
+                Plan::Moved(location) => moved(&location),
                 Plan::Upload => counted(request.into_body()).await,
                 Plan::Generated { len, head } => ok(
                     len,
@@ -102,7 +104,12 @@ impl Service for Files {
                 Plan::Read { data, media, head } => {
                     ok(data.len() as u64, media, head, ResponseBody::from(data))
                 }
-                Plan::Open { path, media, head } => {
+                Plan::Open {
+                    path,
+                    media,
+                    head,
+                    moved: to,
+                } => {
                     let Some(root) = root else {
                         return status(404);
                     };
@@ -120,6 +127,7 @@ impl Service for Files {
                             });
                             ok(len, media, head, body)
                         }
+                        Ok(Got::Directory) => to.map_or_else(|| status(404), |l| moved(&l)),
                         Ok(Got::NotFound) => status(404),
                         Ok(Got::Failed(why)) => {
                             tracing::warn!("HTTP/3 file request: {why}");
@@ -136,6 +144,21 @@ impl Service for Files {
 fn status(code: u16) -> Response<ResponseBody> {
     let mut r = Response::new(ResponseBody::empty());
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r
+}
+
+/// `301 Moved Permanently` to `location` ([`Plan::Moved`]).
+fn moved(location: &str) -> Response<ResponseBody> {
+    let mut r = status(301);
+    // The web rules escape what a field value cannot hold; a value that still fails is a 500.
+    match http::HeaderValue::from_str(location) {
+        Ok(v) => {
+            r.headers_mut().insert(http::header::LOCATION, v);
+            r.headers_mut()
+                .insert(CONTENT_LENGTH, http::HeaderValue::from(0));
+        }
+        Err(_) => r = status(500),
+    }
     r
 }
 

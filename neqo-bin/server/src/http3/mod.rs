@@ -1,7 +1,8 @@
 //! The server's HTTP/3 (ALPN `h3`, RFC 9114), read and written straight on the connection's
 //! streams as `hq-interop` is: no task per request, no copy of a body. A request is `GET`
-//! or `HEAD` of `/N` (N generated pattern bytes) or of a file under the root, under the same
-//! naming rules as `hq-interop` ([`hq::target`], [`hq::open`]), or a `POST`, whose body is
+//! or `HEAD` of `/N` (N generated pattern bytes) or of a file under the root, its target read
+//! by the web rules ([`neqo_protocols::web`]: query, %-escapes, index, a redirect for a
+//! directory) and opened by `hq-interop`'s ([`hq::open`]), or a `POST`, whose body is
 //! counted and answered with its length; small cached files are read at once, others off
 //! the driver thread, one chunk in flight per request, so a slow reader holds the file back
 //! through flow control.

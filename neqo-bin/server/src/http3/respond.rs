@@ -15,7 +15,8 @@ use neqo_h3::{
 };
 use neqo_protocols::{
     body::Source,
-    hq::{self, Target},
+    hq,
+    web::{self, Lookup},
 };
 use quinn_proto::{ConnectionHandle, StreamId};
 
@@ -42,11 +43,20 @@ fn content_type(path: &str) -> &'static str {
 /// The media type of generated bodies.
 pub(crate) const GENERATED: &str = "application/octet-stream";
 
-/// A response's start: its HEADERS frame and, when it has a body, the DATA frame header that
-/// announces all of it.
-pub(super) fn start(status: u16, len: u64, media: Option<&str>, with_body: bool) -> Bytes {
+/// A response's start: its HEADERS frame (with `location`, for a redirect) and, when it has a
+/// body, the DATA frame header that announces all of it.
+pub(super) fn start(
+    status: u16,
+    len: u64,
+    media: Option<&str>,
+    location: Option<&str>,
+    with_body: bool,
+) -> Bytes {
     let mut section = Vec::with_capacity(64);
     qpack::put_response(status, len, media, &mut section);
+    if let Some(l) = location {
+        qpack::put_location(l, &mut section);
+    }
     let mut out = Vec::with_capacity(section.len() + 16);
     put_frame_header(kind::HEADERS, section.len() as u64, &mut out);
     out.extend_from_slice(&section);
@@ -74,12 +84,17 @@ pub(crate) enum Plan {
         path: String,
         media: &'static str,
         head: bool,
+        /// Where to redirect if it is a directory (asked for without a trailing `/`).
+        moved: Option<String>,
     },
+    /// A directory asked for without its trailing `/`: `301 Moved Permanently` there.
+    Moved(String),
     /// A `POST`: answered with its body's length once it has all arrived.
     Upload,
 }
 
-/// How to answer `head`, under `root` if any, `/N` generated if `generate` (else not found).
+/// How to answer `head`, under `root` if any, `/N` generated if `generate` (else not found);
+/// its target read by the web rules ([`web`]).
 pub(crate) fn plan(head: &Head, root: Option<&Root>, generate: bool) -> Plan {
     let is_head = match head.method {
         Method::Get => false,
@@ -87,17 +102,20 @@ pub(crate) fn plan(head: &Head, root: Option<&Root>, generate: bool) -> Plan {
         Method::Post => return Plan::Upload,
         Method::Options | Method::Connect | Method::Other => return Plan::Status(405),
     };
-    match hq::target(&head.path) {
-        Err(_) => Plan::Status(400),
-        Ok(Target::Generated(len)) if generate => Plan::Generated { len, head: is_head },
-        Ok(Target::Generated(_)) => Plan::Status(404),
-        Ok(Target::File(path)) => {
+    match web::lookup(&head.path) {
+        Err(why) => {
+            tracing::debug!("HTTP/3 request target refused: {why}");
+            Plan::Status(400)
+        }
+        Ok(Lookup::Generated(len)) if generate => Plan::Generated { len, head: is_head },
+        Ok(Lookup::Generated(_)) => Plan::Status(404),
+        Ok(Lookup::File { path, index }) => {
             let Some(root) = root else {
                 return Plan::Status(404);
             };
-            let media = content_type(path);
+            let media = content_type(&path);
             // Small and cached: read here, no hand-off.
-            match hq::relative_path(path)
+            match hq::relative_path(&path)
                 .ok()
                 .and_then(|rel| root.read_at_once(rel))
             {
@@ -107,9 +125,10 @@ pub(crate) fn plan(head: &Head, root: Option<&Root>, generate: bool) -> Plan {
                     head: is_head,
                 },
                 None => Plan::Open {
-                    path: path.to_owned(),
+                    path,
                     media,
                     head: is_head,
+                    moved: (!index).then(|| web::with_slash(&head.path)),
                 },
             }
         }
@@ -123,6 +142,8 @@ pub(crate) enum Got {
     Opened { len: u64, first: Option<FileChunk> },
     /// The next chunk.
     Chunk(FileChunk),
+    /// It is a directory.
+    Directory,
     /// It is not there, or breaks the naming rules, or leaves the root, or is no file.
     NotFound,
     /// It could not be read.
@@ -143,9 +164,16 @@ pub(super) struct FileDone {
 pub(crate) fn open(root: &Path, path: &str, head: bool) -> Got {
     let (file, len) = match hq::open(Some(root), path) {
         Ok(opened) => opened,
-        Err(hq::Error::Io(e)) if e.kind() != std::io::ErrorKind::NotFound => {
+        // A name under a file (`/a.txt/b`) is not there either.
+        Err(hq::Error::Io(e))
+            if !matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
             return Got::Failed(format!("opening {path:?}: {e}"));
         }
+        Err(hq::Error::Directory) => return Got::Directory,
         Err(_) => return Got::NotFound,
     };
     if head {
@@ -171,14 +199,19 @@ pub(super) enum Response {
     /// Not begun: the head has not arrived, or a `POST` body is still arriving.
     None,
     /// Waiting for a file job to open the file.
-    Opening { media: &'static str, head: bool },
+    Opening {
+        media: &'static str,
+        head: bool,
+        /// Where a directory is redirected ([`Plan::Open`]).
+        moved: Option<String>,
+    },
     /// Being written.
     Sending {
         source: Source,
         /// The HEADERS and DATA frame headers, written first.
         framing: u64,
-        /// A 200, counted in `responses` once handed to the stream whole (error statuses
-        /// are counted at their start).
+        /// Not an error (a 200, or a redirect), counted in `responses` once handed to the
+        /// stream whole (error statuses are counted at their start).
         ok: bool,
         /// The file the body is read from, while a read is not in flight.
         file: Option<File>,
@@ -208,7 +241,28 @@ pub(super) fn sending(
     head: bool,
     content: Content,
 ) -> Response {
-    let framing = start(status, len, media, !head);
+    framed(
+        start(status, len, media, None, !head),
+        status,
+        len,
+        head,
+        content,
+    )
+}
+
+/// A redirect to `location`, with no body.
+pub(super) fn moved(location: &str) -> Response {
+    let status = 301;
+    framed(
+        start(status, 0, None, Some(location), false),
+        status,
+        0,
+        true,
+        Content::Pattern,
+    )
+}
+
+fn framed(framing: Bytes, status: u16, len: u64, head: bool, content: Content) -> Response {
     let framing_len = framing.len() as u64;
     let (mut file, mut remaining) = (None, 0);
     let source = if head || len == 0 {
@@ -232,7 +286,7 @@ pub(super) fn sending(
     Response::Sending {
         source,
         framing: framing_len,
-        ok: status == 200,
+        ok: status < 400,
         file,
         remaining,
     }
@@ -244,15 +298,15 @@ mod tests {
 
     #[test]
     fn a_response_start_is_a_headers_frame_then_a_data_header() {
-        let s = start(200, 70_000, Some(GENERATED), true);
+        let s = start(200, 70_000, Some(GENERATED), None, true);
         assert_eq!(s[0], kind::HEADERS as u8);
         let section_len = usize::from(s[1]);
         let data = &s[2 + section_len..];
         // DATA, 70 000 as a 4-byte varint.
         assert_eq!(data, &[0x00, 0x80, 0x01, 0x11, 0x70]);
-        let s = start(404, 0, None, true);
+        let s = start(404, 0, None, None, true);
         assert_eq!(usize::from(s[1]) + 2, s.len(), "no DATA for no body");
-        let s = start(200, 5, None, false);
+        let s = start(200, 5, None, None, false);
         assert_eq!(usize::from(s[1]) + 2, s.len(), "no DATA for HEAD");
     }
 }

@@ -28,7 +28,9 @@ impl Root {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         for (name, body) in files {
-            std::fs::write(dir.join(name), body).unwrap();
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, body).unwrap();
         }
         Self(dir)
     }
@@ -130,11 +132,16 @@ fn files_generated_bodies_and_error_statuses(via_service: bool) {
     let page = b"<!doctype html><title>t</title><img src=img.png>".to_vec();
     let image: Vec<u8> = (0..100_003u32).map(|i| (i * 7 % 256) as u8).collect();
     let big = vec![b'x'; 3_000_000];
-    let body_bytes = (page.len() + image.len() + 100_000 + "250000".len()) as u64;
+    let spaced = b"a name with a space".to_vec();
+    let sub = b"<!doctype html><title>sub</title>".to_vec();
+    let body_bytes =
+        (page.len() * 3 + image.len() + spaced.len() + sub.len() + 100_000 + "250000".len()) as u64;
     let root = Root::new(&[
         ("index.html", &page),
         ("img.png", &image),
         ("big.bin", &big),
+        ("a b.txt", &spaced),
+        ("sub/index.html", &sub),
     ]);
     let mut config = ServerConfig {
         listen: vec![SERVER],
@@ -159,6 +166,17 @@ fn files_generated_bodies_and_error_statuses(via_service: bool) {
             ("GET", "/../index.html"),
             ("DELETE", "/index.html"),
             ("POST", "/upload"),
+            // The web rules: the query ignored, %-escapes decoded, `.` and empty names
+            // dropped, a directory's index, a redirect to it, every way up refused.
+            ("GET", "/index.html?v=1"),
+            ("GET", "/./img.png/"),
+            ("GET", "/a%20b.txt"),
+            ("GET", "/"),
+            ("GET", "/sub"),
+            ("HEAD", "/sub?x=1"),
+            ("GET", "//sub//"),
+            ("GET", "/%2e%2e/index.html"),
+            ("GET", "/sub%2Findex.html"),
         ],
     )
     .posting(250_000);
@@ -172,7 +190,12 @@ fn files_generated_bodies_and_error_statuses(via_service: bool) {
     );
     head.content_length = Some("3000000".into());
     let mut want = vec![
-        Got::ok("GET", "/index.html", page, Some("text/html; charset=utf-8")),
+        Got::ok(
+            "GET",
+            "/index.html",
+            page.clone(),
+            Some("text/html; charset=utf-8"),
+        ),
         Got::ok("GET", "/img.png", image, Some("image/png")),
         head,
         Got::ok(
@@ -183,8 +206,28 @@ fn files_generated_bodies_and_error_statuses(via_service: bool) {
         ),
         Got::status("GET", "/missing.html", 404),
         Got::status("GET", "//etc/passwd", 404),
-        Got::status("GET", "/../index.html", 404),
+        Got::status("GET", "/../index.html", 400),
         Got::status("DELETE", "/index.html", 405),
+        Got::ok(
+            "GET",
+            "/index.html?v=1",
+            page.clone(),
+            Some("text/html; charset=utf-8"),
+        ),
+        // A file asked for as a directory: its index, which is not there.
+        Got::status("GET", "/./img.png/", 404),
+        Got::ok(
+            "GET",
+            "/a%20b.txt",
+            spaced,
+            Some("text/plain; charset=utf-8"),
+        ),
+        Got::ok("GET", "/", page.clone(), Some("text/html; charset=utf-8")),
+        Got::moved("GET", "/sub", "/sub/"),
+        Got::moved("HEAD", "/sub?x=1", "/sub/?x=1"),
+        Got::ok("GET", "//sub//", sub, Some("text/html; charset=utf-8")),
+        Got::status("GET", "/%2e%2e/index.html", 400),
+        Got::status("GET", "/sub%2Findex.html", 400),
         Got::ok(
             "POST",
             "/upload",
@@ -197,18 +240,18 @@ fn files_generated_bodies_and_error_statuses(via_service: bool) {
     let h = report.http3;
     assert_eq!(
         (h.responses, h.error_statuses, h.cancelled, h.uploaded_bytes),
-        (5, 4, 0, 250_000),
+        (11, 7, 0, 250_000),
         "{h:?}"
     );
-    assert_eq!(report.requests, 5);
-    assert_eq!(report.refused_requests, 4);
+    assert_eq!(report.requests, 11);
+    assert_eq!(report.refused_requests, 7);
     assert_eq!(report.bytes_received, 250_000);
     assert_eq!(h.body_bytes, body_bytes);
     // `--stats` and `--metrics` carry HTTP/3's share.
     let summary = report.summary();
     assert!(
         summary.contains(&format!(
-            "requests 5 refused 4, sent {body_bytes} B, received 250000 B, lost packets 0, HTTP/3 responses 5 error statuses 4 cancelled 0 rejected 0 body {body_bytes} B\n"
+            "requests 11 refused 7, sent {body_bytes} B, received 250000 B, lost packets 0, HTTP/3 responses 11 error statuses 7 cancelled 0 rejected 0 body {body_bytes} B\n"
         )),
         "{summary}"
     );
@@ -217,8 +260,8 @@ fn files_generated_bodies_and_error_statuses(via_service: bool) {
     board.publish(0, report.clone());
     let text = board.render();
     for line in [
-        "neqo_server_http3_responses_total{worker=\"0\"} 5".to_owned(),
-        "neqo_server_http3_error_statuses_total{worker=\"0\"} 4".to_owned(),
+        "neqo_server_http3_responses_total{worker=\"0\"} 11".to_owned(),
+        "neqo_server_http3_error_statuses_total{worker=\"0\"} 7".to_owned(),
         "neqo_server_http3_cancelled_total{worker=\"0\"} 0".to_owned(),
         format!("neqo_server_http3_body_bytes_total{{worker=\"0\"}} {body_bytes}"),
         "neqo_server_http3_uploaded_bytes_total{worker=\"0\"} 250000".to_owned(),
@@ -253,7 +296,12 @@ fn generated_bodies_off_are_not_found_over_http3() {
         vec![
             Got::status("GET", "/100000", 404),
             Got::status("HEAD", "/5", 404),
-            Got::ok("GET", "/index.html", page, Some("text/html; charset=utf-8")),
+            Got::ok(
+                "GET",
+                "/index.html",
+                page.clone(),
+                Some("text/html; charset=utf-8"),
+            ),
         ]
     );
     assert_eq!(

@@ -10,7 +10,7 @@ use quinn_proto::{Connection, StreamId};
 use super::{Session, Shared, varint};
 use crate::{
     access_log::Outcome,
-    http3::respond::{self, Content, FileDone, GENERATED, Got, Plan, Response, sending},
+    http3::respond::{self, Content, FileDone, GENERATED, Got, Plan, Response, moved, sending},
 };
 use neqo_h3::frame::{Violation, code};
 
@@ -28,10 +28,12 @@ impl Session {
         };
         req.status = Some(match plan {
             Plan::Status(status) => status,
+            Plan::Moved(_) => 301,
             _ => 200,
         });
         req.response = match plan {
             Plan::Status(status) => sending(status, 0, None, false, Content::Pattern),
+            Plan::Moved(location) => moved(&location),
             Plan::Generated { len, head } => {
                 sending(200, len, Some(GENERATED), head, Content::Pattern)
             }
@@ -45,12 +47,17 @@ impl Session {
                 let media = Some("text/plain; charset=utf-8");
                 sending(200, body.len() as u64, media, false, Content::Bytes(body))
             }
-            Plan::Open { path, media, head } => {
+            Plan::Open {
+                path,
+                media,
+                head,
+                moved,
+            } => {
                 let root = shared.root.map(|r| r.path().to_path_buf());
                 shared.spawn(id, req.token, move || {
                     root.map_or(Got::NotFound, |r| respond::open(&r, &path, head))
                 });
-                req.response = Response::Opening { media, head };
+                req.response = Response::Opening { media, head, moved };
                 return Ok(());
             }
         };
@@ -73,10 +80,14 @@ impl Session {
             return;
         };
         let r = match (got, &mut req.response) {
-            (Got::Opened { len, first }, Response::Opening { media, head }) => {
+            (Got::Opened { len, first }, Response::Opening { media, head, .. }) => {
                 let content = first.map_or(Content::Pattern, Content::File);
                 req.response = sending(200, len, Some(*media), *head, content);
                 self.pump(conn, id, shared)
+            }
+            (Got::Directory, Response::Opening { moved, .. }) => {
+                let plan = moved.take().map_or(Plan::Status(404), Plan::Moved);
+                self.answer(conn, id, plan, shared)
             }
             (Got::NotFound, Response::Opening { .. }) => {
                 self.answer(conn, id, Plan::Status(404), shared)
